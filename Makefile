@@ -1,0 +1,41 @@
+# `make test` and `make demo` create .venv themselves. Torch is installed first from
+# `pip install torch==2.13.0` (a local CPU wheel on the project machines); on a GPU host
+# install your own CUDA build of torch into .venv before running make.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: venv test lint format demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: venv
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+demo: venv
+	@echo "make demo: the end-to-end demo (svfx demo) arrives with the flow issue (#4)."
+	@echo "Until then, this runs the model library on a tiny untrained model:"
+	$(PY) -m bench.model --sizes tiny --resolutions 256x192 --repeats 1
+
+bench: venv
+	$(PY) -m bench.model
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

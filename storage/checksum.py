@@ -1,0 +1,39 @@
+"""SHA-256 checksums of plate frames (they feed the cache key), local paths and `s3://` alike."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from storage.errors import FrameError
+from storage.uri import filesystem_for
+
+# 8 MiB: few round trips on S3, small enough to keep memory flat however big the file.
+BLOCK_SIZE = 8 * 1024 * 1024
+
+
+def sha256_bytes(data: bytes | bytearray | memoryview) -> str:
+    """Hex SHA-256 of bytes already in memory (e.g. a frame fetched once for decoding)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(
+    uri: str, storage_options: dict[str, Any] | None = None, *, frame: int | None = None
+) -> str:
+    """Hex SHA-256 of a file, read in `BLOCK_SIZE` blocks so memory stays flat.
+
+    Raises FrameError (naming `uri` and `frame`) when the file cannot be read.
+    """
+    fs, path = filesystem_for(uri, storage_options)
+    digest = hashlib.sha256()
+    try:
+        with fs.open(path, "rb", block_size=BLOCK_SIZE) as handle:
+            while block := handle.read(BLOCK_SIZE):
+                digest.update(block)
+    except FileNotFoundError as exc:
+        raise FrameError(uri, frame, f"cannot checksum: file not found ({exc})") from exc
+    except PermissionError as exc:
+        raise FrameError(uri, frame, f"cannot checksum: access denied ({exc})") from exc
+    except OSError as exc:
+        raise FrameError(uri, frame, f"cannot checksum: read failed ({exc})") from exc
+    return digest.hexdigest()

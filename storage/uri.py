@@ -1,0 +1,45 @@
+"""One way to reach bytes: fsspec URLs for local paths and `s3://` alike.
+
+S3 options come from the caller or from the environment (`SVFX_S3_ENDPOINT_URL` and the usual
+AWS variables), so any S3-compatible store works and workers can be handed the same options.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def default_storage_options(uri: str) -> dict[str, Any]:
+    """Storage options implied by the environment for this URI (empty for local paths)."""
+    if not uri.startswith("s3://"):
+        return {}
+    options: dict[str, Any] = {}
+    endpoint = os.environ.get("SVFX_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
+
+
+def filesystem_for(
+    uri: str, storage_options: dict[str, Any] | None = None
+) -> tuple[AbstractFileSystem, str]:
+    """The filesystem that serves `uri` and the path inside it."""
+    options = default_storage_options(uri) if storage_options is None else storage_options
+    fs, path = fsspec.core.url_to_fs(uri, **options)
+    return fs, path
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URI parts with '/' (fsspec paths use '/' on every platform)."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out

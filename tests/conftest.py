@@ -1,0 +1,61 @@
+"""Shared fixtures: a moto S3 server on loopback (s3fs cannot use in-process mocks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# botocore must never probe the instance-metadata endpoint on a closed network.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for the whole session, with dummy credentials."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+    os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A fresh, empty bucket; yields (`s3://bucket`, storage_options for fsspec)."""
+    import s3fs
+
+    options: dict[str, Any] = {
+        "client_kwargs": {"endpoint_url": s3_endpoint},
+        "key": "testing",
+        "secret": "testing",
+        "skip_instance_cache": True,
+    }
+    fs = s3fs.S3FileSystem(**options)
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    try:
+        yield f"s3://{bucket}", options
+    finally:
+        try:
+            fs.rm(bucket, recursive=True)
+        except FileNotFoundError:
+            pass
