@@ -10,15 +10,18 @@ from .backbone import InputError, Sapiens2Backbone
 from .checkpoint_errors import CheckpointError
 from .loading import load_model, save_model
 from .model import ModelInfo, SapiensTaskModel, build_model, model_info
+from .predictor import PASS_TASKS, Predictor
 
 __all__ = [
     "ARCH_NAMES",
+    "PASS_TASKS",
     "TASKS",
     "BackboneSpec",
     "CheckpointError",
     "HeadSpec",
     "InputError",
     "ModelInfo",
+    "Predictor",
     "Sapiens2Backbone",
     "SapiensTaskModel",
     "backbone_spec",

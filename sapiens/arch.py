@@ -205,8 +205,9 @@ def head_spec(
     if task == "seg":
         deconv = (32, 16, 16, 8) if tiny else (512, 256, 128, 64)
         conv = (8, 8) if tiny else (64, 64)
-        return HeadSpec(task, in_channels, 29, deconv_channels=deconv, conv_channels=conv,
-                        conv_kernel=1)
+        return HeadSpec(
+            task, in_channels, 29, deconv_channels=deconv, conv_channels=conv, conv_kernel=1
+        )
     # pose
     if tiny:
         deconv, conv = (32, 16), (16, 16, 8)
@@ -214,8 +215,9 @@ def head_spec(
         deconv, conv = (1536, 1024), (768, 512, 256)
     else:
         deconv, conv = (1024, 768), (512, 512, 256)
-    return HeadSpec(task, in_channels, 308, deconv_channels=deconv, conv_channels=conv,
-                    conv_kernel=1)
+    return HeadSpec(
+        task, in_channels, 308, deconv_channels=deconv, conv_channels=conv, conv_kernel=1
+    )
 
 
 def scale_grid(input_hw: tuple[int, int]) -> tuple[int, int]:

@@ -101,9 +101,7 @@ class SwiGLUFFN(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block; the FFN residual is added here (upstream adds it inside)."""
 
-    def __init__(
-        self, dim: int, num_heads: int, kv_heads: int, hidden: int, *, main: bool
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, kv_heads: int, hidden: int, *, main: bool) -> None:
         super().__init__()
         self.ln1 = nn.RMSNorm(dim, eps=NORM_EPS)
         self.attn = Attention(dim, num_heads, kv_heads, qk_norm=main, layer_scale=main)

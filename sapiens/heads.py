@@ -7,6 +7,8 @@ Layer indices inside the Sequentials are part of the key names, so the layout is
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor, nn
 
 from .arch import NORM_EPS, HeadSpec
@@ -48,7 +50,7 @@ class DenseHead(nn.Module):
     its upstream layout is unverified, see loading.py).
     """
 
-    output_names = {
+    output_names: ClassVar[dict[str, str]] = {
         "normal": "conv_normal",
         "albedo": "conv_albedo",
         "pointmap": "conv_pointmap",
@@ -114,7 +116,7 @@ class DeconvHead(nn.Module):
     """ConvTranspose2d upsampling -> 1x1 convs -> 1x1 output (seg: 29 logits; pose: 308
     heatmaps at 1/4 of the input)."""
 
-    output_names = {"seg": "conv_seg", "pose": "conv_pose"}
+    output_names: ClassVar[dict[str, str]] = {"seg": "conv_seg", "pose": "conv_pose"}
 
     def __init__(self, spec: HeadSpec) -> None:
         super().__init__()

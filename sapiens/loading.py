@@ -31,7 +31,7 @@ from .model import ModelInfo, SapiensTaskModel
 PICKLE_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle"}
 _CONVERT_HINT = (
     "pickled weights can run arbitrary code when loaded, so they are refused. Convert once, "
-    "in a trusted environment: python -c \"import torch, safetensors.torch as st; "
+    'in a trusted environment: python -c "import torch, safetensors.torch as st; '
     "sd = torch.load('IN.pth', map_location='cpu', weights_only=True); "
     "sd = sd.get('state_dict', sd.get('model', sd)); "
     "st.save_file({k: v.contiguous() for k, v in sd.items()}, 'OUT.safetensors')\""
@@ -59,14 +59,17 @@ def read_header(path: str) -> tuple[Shapes, dict[str, str], dict[str, str]]:
     with open(p, "rb") as fh:
         head = fh.read(8)
         if head[:2] == b"PK" or head[:1] == b"\x80":
-            raise CheckpointError(path, "this is a pickle/zip torch file, not safetensors; "
-                                  + _CONVERT_HINT)
+            raise CheckpointError(
+                path, "this is a pickle/zip torch file, not safetensors; " + _CONVERT_HINT
+            )
         if len(head) < 8:
             raise CheckpointError(path, f"not a safetensors file ({size} bytes, too short)")
         (header_len,) = struct.unpack("<Q", head)
         if header_len <= 1 or header_len > min(size - 8, 100 << 20):
-            raise CheckpointError(path, "not a safetensors file (bad header length); "
-                                  "truncated, corrupt or another format")
+            raise CheckpointError(
+                path,
+                "not a safetensors file (bad header length); truncated, corrupt or another format",
+            )
         try:
             header = json.loads(fh.read(header_len))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -151,8 +154,14 @@ def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int,
     if task in ("seg", "pose"):
         deconv = tuple(s[1] for _, s in _indexed(shapes, "deconv_layers."))
         conv = tuple(s[0] for _, s in _indexed(shapes, "conv_layers."))
-        spec = A.HeadSpec(task, in_channels, out_channels, deconv_channels=deconv,
-                          conv_channels=conv, conv_kernel=1)
+        spec = A.HeadSpec(
+            task,
+            in_channels,
+            out_channels,
+            deconv_channels=deconv,
+            conv_channels=conv,
+            conv_kernel=1,
+        )
         return spec, input_hw
     n_up = _count(shapes, r"upsample_blocks\.(\d+)\.")
     up = tuple(shapes[f"upsample_blocks.{i}.0.weight"][0] // 4 for i in range(n_up))
@@ -168,8 +177,15 @@ def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int,
         mlp = (linears[0][1], *(s[0] for s in linears))
         spec_kw = {"scale_conv_channels": scale_convs, "scale_mlp": mlp}
         input_hw = _pointmap_input_hw(mlp[0], scale_convs[-1])
-    spec = A.HeadSpec(task, in_channels, out_channels, upsample_channels=up,
-                      conv_channels=conv, conv_kernel=kernel, **spec_kw)
+    spec = A.HeadSpec(
+        task,
+        in_channels,
+        out_channels,
+        upsample_channels=up,
+        conv_channels=conv,
+        conv_kernel=kernel,
+        **spec_kw,
+    )
     return spec, input_hw
 
 
@@ -198,15 +214,19 @@ def describe_layout(path: str, shapes: Shapes) -> tuple[str, Shapes, Shapes]:
     if any(k.startswith("backbone.") for k in keys):
         other = [k for k in keys if not k.startswith(("backbone.", "decode_head."))]
         if other:
-            raise CheckpointError(path, f"unexpected keys outside backbone./decode_head.: "
-                                  f"{other[:8]}")
+            raise CheckpointError(
+                path, f"unexpected keys outside backbone./decode_head.: {other[:8]}"
+            )
         return "task", _strip(shapes, "backbone."), _strip(shapes, "decode_head.")
     if "cls_token" in shapes and any(k.startswith("blocks.") for k in keys):
         return "pretrain", shapes, {}
     for wrapper in ("module.", "model.", "state_dict.", "ema."):
         if keys and all(k.startswith(wrapper) for k in keys):
-            raise CheckpointError(path, f"every key starts with {wrapper!r}: strip that prefix "
-                                  "so keys read backbone.* / decode_head.* (or bare backbone keys)")
+            raise CheckpointError(
+                path,
+                f"every key starts with {wrapper!r}: strip that prefix "
+                "so keys read backbone.* / decode_head.* (or bare backbone keys)",
+            )
     family = ""
     if any("pos_embed" in k for k in keys) and not any("rope_embed" in k for k in keys):
         family = " (it has an absolute position embedding: a ViT or Sapiens v1 checkpoint?)"
@@ -273,8 +293,9 @@ def load_model(
         input_hw = (h, w)
     task = head_spec.task if head_spec else None
     if expect_task is not None and task != expect_task:
-        raise CheckpointError(path, f"this file holds a {task or 'pretrain backbone'} model, "
-                              f"not {expect_task}")
+        raise CheckpointError(
+            path, f"this file holds a {task or 'pretrain backbone'} model, not {expect_task}"
+        )
 
     with torch.device("meta"):
         backbone = Sapiens2Backbone(spec)
@@ -301,8 +322,9 @@ def load_model(
         hint = ""
         if task == "matting":
             hint = " " + _matting_mismatch(head_shapes, "")
-        raise CheckpointError(path, "does not match the inferred model: " + "; ".join(problems)
-                              + hint)
+        raise CheckpointError(
+            path, "does not match the inferred model: " + "; ".join(problems) + hint
+        )
     _load_tensors(path, model, device, dtype)
     info.sha256 = sha256 or sha256_file(path)
     return model.eval()

@@ -59,6 +59,11 @@ def _init_weights(module: nn.Module) -> None:
             nn.init.trunc_normal_(m.weight, std=0.02)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+    scale_mlp = getattr(module, "scale_final_layer", None)
+    if scale_mlp is not None:
+        # Untrained pointmap heads: predict s ~ 1 (a 768 px focal) rather than s ~ 0, which
+        # would blow metric points up; trained weights replace this.
+        nn.init.constant_(scale_mlp[-1].bias, 1.0)
     if isinstance(module, Sapiens2Backbone):
         for p in (module.cls_token, module.storage_tokens):
             nn.init.trunc_normal_(p, std=0.02)

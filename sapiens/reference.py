@@ -80,8 +80,9 @@ def _attention(sd: Mapping[str, Tensor], pre: str, x: Tensor, rope=None) -> Tens
 
 def _block(sd: Mapping[str, Tensor], pre: str, x: Tensor, rope=None) -> Tensor:
     x = x + _attention(sd, f"{pre}attn.", _rms(x, sd[f"{pre}ln1.weight"]), rope)
-    h = F.linear(_rms(x, sd[f"{pre}ln2.weight"]), sd[f"{pre}ffn.w12.weight"],
-                 sd[f"{pre}ffn.w12.bias"])
+    h = F.linear(
+        _rms(x, sd[f"{pre}ln2.weight"]), sd[f"{pre}ffn.w12.weight"], sd[f"{pre}ffn.w12.bias"]
+    )
     a, g = h.chunk(2, dim=-1)
     return x + F.linear(F.silu(a) * g, sd[f"{pre}ffn.w3.weight"], sd[f"{pre}ffn.w3.bias"])
 
@@ -95,8 +96,9 @@ def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024
     """Feature map (B, C, H/16, W/16) from un-prefixed backbone weights, upstream's way."""
     sd = dict(sd)
     b = x.shape[0]
-    x = F.conv2d(x, sd["patch_embed.projection.weight"], sd["patch_embed.projection.bias"],
-                 stride=16)
+    x = F.conv2d(
+        x, sd["patch_embed.projection.weight"], sd["patch_embed.projection.bias"], stride=16
+    )
     h, w = x.shape[-2:]
     c = x.shape[1]
     x = x.flatten(2).transpose(1, 2)
@@ -118,8 +120,9 @@ def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024
             out[i : i + chunk.shape[0]] = t[:, 0]
         x = out.view(b, ph * pw, c)
         h, w = ph, pw
-    x = torch.cat([sd["cls_token"].expand(b, -1, -1), sd["storage_tokens"].expand(b, -1, -1), x],
-                  dim=1)
+    x = torch.cat(
+        [sd["cls_token"].expand(b, -1, -1), sd["storage_tokens"].expand(b, -1, -1), x], dim=1
+    )
     rope = _rope_tables(sd["rope_embed.periods"], h, w)
     for i in range(_count(sd, r"blocks\.(\d+)\.")):
         x = _block(sd, f"blocks.{i}.", x, rope)
@@ -141,13 +144,20 @@ def _dense_head(sd: Mapping[str, Tensor], x: Tensor, out_key: str) -> Tensor:
     def norm(t: Tensor, key: str) -> Tensor:
         return _rms2d(t, sd[key]) if rms else _in(t)
 
-    x = F.silu(norm(F.conv2d(x, sd["input_conv.0.weight"], sd["input_conv.0.bias"], padding=1),
-                    "input_conv.1.norm.weight"))
+    x = F.silu(
+        norm(
+            F.conv2d(x, sd["input_conv.0.weight"], sd["input_conv.0.bias"], padding=1),
+            "input_conv.1.norm.weight",
+        )
+    )
     for i in range(_count(sd, r"upsample_blocks\.(\d+)\.")):
-        x = F.conv2d(x, sd[f"upsample_blocks.{i}.0.weight"], sd[f"upsample_blocks.{i}.0.bias"],
-                     padding=1)
+        x = F.conv2d(
+            x, sd[f"upsample_blocks.{i}.0.weight"], sd[f"upsample_blocks.{i}.0.bias"], padding=1
+        )
         x = F.silu(norm(F.pixel_shuffle(x, 2), f"upsample_blocks.{i}.2.norm.weight"))
-    for i in sorted(int(m.group(1)) for k in sd if (m := re.match(r"conv_layers\.(\d+)\.weight$", k))):
+    for i in sorted(
+        int(m.group(1)) for k in sd if (m := re.match(r"conv_layers\.(\d+)\.weight$", k))
+    ):
         wgt = sd[f"conv_layers.{i}.weight"]
         x = F.conv2d(x, wgt, sd[f"conv_layers.{i}.bias"], padding=wgt.shape[-1] // 2)
         x = F.silu(norm(x, f"conv_layers.{i + 1}.norm.weight"))
@@ -155,9 +165,13 @@ def _dense_head(sd: Mapping[str, Tensor], x: Tensor, out_key: str) -> Tensor:
 
 
 def _deconv_head(sd: Mapping[str, Tensor], x: Tensor, out_key: str) -> Tensor:
-    for i in sorted(int(m.group(1)) for k in sd if (m := re.match(r"deconv_layers\.(\d+)\.weight$", k))):
+    for i in sorted(
+        int(m.group(1)) for k in sd if (m := re.match(r"deconv_layers\.(\d+)\.weight$", k))
+    ):
         x = F.silu(_in(F.conv_transpose2d(x, sd[f"deconv_layers.{i}.weight"], stride=2, padding=1)))
-    for i in sorted(int(m.group(1)) for k in sd if (m := re.match(r"conv_layers\.(\d+)\.weight$", k))):
+    for i in sorted(
+        int(m.group(1)) for k in sd if (m := re.match(r"conv_layers\.(\d+)\.weight$", k))
+    ):
         x = F.silu(_in(F.conv2d(x, sd[f"conv_layers.{i}.weight"], sd[f"conv_layers.{i}.bias"])))
     return F.conv2d(x, sd[f"{out_key}.weight"], sd[f"{out_key}.bias"])
 
@@ -175,8 +189,16 @@ def head_forward(sd: Mapping[str, Tensor], feats: Tensor):
     out = _dense_head(sd, feats, "conv_pointmap")
     s = feats
     for i in (0, 3, 6):
-        s = F.silu(_in(F.conv2d(s, sd[f"scale_conv_layers.{i}.weight"],
-                                sd[f"scale_conv_layers.{i}.bias"], stride=2)))
+        s = F.silu(
+            _in(
+                F.conv2d(
+                    s,
+                    sd[f"scale_conv_layers.{i}.weight"],
+                    sd[f"scale_conv_layers.{i}.bias"],
+                    stride=2,
+                )
+            )
+        )
     s = s.flatten(1)
     for i in (1, 3, 5):
         s = F.linear(s, sd[f"scale_final_layer.{i}.weight"], sd[f"scale_final_layer.{i}.bias"])

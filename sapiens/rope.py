@@ -58,7 +58,9 @@ class RopeEmbedding(nn.Module):
         self._tables.clear()
         return self
 
-    def tables(self, grid_h: int, grid_w: int, prefix: int = NUM_PREFIX_TOKENS) -> tuple[Tensor, Tensor]:
+    def tables(
+        self, grid_h: int, grid_w: int, prefix: int = NUM_PREFIX_TOKENS
+    ) -> tuple[Tensor, Tensor]:
         """(cos, sin), each (prefix + HW, 1, hd) bf16; the prefix rows are cos=1, sin=0."""
         key = (grid_h, grid_w, prefix, self.periods.device)
         cached = self._tables.get(key)
