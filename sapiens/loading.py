@@ -218,7 +218,7 @@ def describe_layout(path: str, shapes: Shapes) -> tuple[str, Shapes, Shapes]:
                 path, f"unexpected keys outside backbone./decode_head.: {other[:8]}"
             )
         return "task", _strip(shapes, "backbone."), _strip(shapes, "decode_head.")
-    if "cls_token" in shapes and any(k.startswith("blocks.") for k in keys):
+    if "cls_token" in shapes and "storage_tokens" in shapes:
         return "pretrain", shapes, {}
     for wrapper in ("module.", "model.", "state_dict.", "ema."):
         if keys and all(k.startswith(wrapper) for k in keys):

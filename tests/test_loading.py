@@ -1,0 +1,239 @@
+"""Checkpoint loading: round trips, inference from the file, and every kind of bad file."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import sapiens
+from sapiens.arch import BackboneSpec
+from sapiens.backbone import Sapiens2Backbone
+from sapiens.model import ModelInfo
+from tests.model_helpers import SMALL_HW, tiny
+
+TASKS = ["normal", "albedo", "pointmap", "seg", "pose", "matting"]
+
+
+def _roundtrip(model: torch.nn.Module, path: Path, x: torch.Tensor) -> torch.nn.Module:
+    sapiens.save_model(model, path)
+    loaded = sapiens.load_model(path)
+    with torch.no_grad():
+        a, b = model(x), loaded(x)
+    for u, v in zip(
+        a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True
+    ):
+        assert torch.equal(u, v)
+    return loaded
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_task_roundtrip_and_inference(task: str, tmp_path: Path) -> None:
+    model = tiny(task, seed=11)
+    loaded = _roundtrip(model, tmp_path / f"{task}.safetensors", torch.randn(1, 3, *SMALL_HW))
+    info = loaded.info
+    assert info.task == task
+    assert info.arch == "sapiens2_tiny"
+    assert info.backbone == model.info.backbone
+    assert info.head == model.info.head
+    assert info.trained is False and "UNTRAINED" in info.label
+    assert len(info.sha256) == 64
+    assert list(loaded.state_dict()) == list(model.state_dict())
+
+
+def test_tokenizer_roundtrip(tmp_path: Path) -> None:
+    model = tiny(None, tokenizer=True, seed=12)
+    loaded = _roundtrip(model, tmp_path / "pretrain4k.safetensors", torch.randn(1, 3, 256, 192))
+    assert loaded.info.backbone.tokenizer_depth == 1
+    assert loaded.info.arch == "sapiens2_tiny_4k"
+    assert loaded.info.task is None
+
+
+def test_inference_of_odd_custom_sizes(tmp_path: Path) -> None:
+    """Width 96, 3 heads of 32, 5 blocks with a made-up K/V schedule, no config anywhere."""
+    spec = BackboneSpec("custom", 96, 5, 3, (3, 1, 3, 1, 3), 200, tokenizer_depth=2)
+    backbone = Sapiens2Backbone(spec)
+    path = tmp_path / "custom.safetensors"
+    save_file({k: v.contiguous() for k, v in backbone.state_dict().items()}, str(path))
+    loaded = sapiens.load_model(path)
+    assert loaded.info.backbone == spec
+    assert loaded.info.trained  # no metadata: assumed real
+    with torch.no_grad():
+        assert loaded(torch.randn(1, 3, 128, 64)).shape == (1, 96, 2, 1)
+
+
+def test_upstream_prefixed_task_file_without_metadata(tmp_path: Path) -> None:
+    """A task file exactly as upstream writes it: prefixes, bf16 periods, no metadata."""
+    model = tiny("seg", seed=13)
+    path = tmp_path / "seg.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    loaded = sapiens.load_model(path)
+    assert loaded.info.task == "seg" and loaded.info.head.out_channels == 29
+
+
+def test_load_to_bfloat16_keeps_rope_periods(tmp_path: Path) -> None:
+    path = tmp_path / "normal.safetensors"
+    sapiens.save_model(tiny("normal"), path)
+    loaded = sapiens.load_model(path, dtype=torch.bfloat16)
+    assert loaded.backbone.blocks[0].attn.wq.weight.dtype == torch.bfloat16
+    assert loaded.backbone.rope_embed.periods.dtype == torch.bfloat16
+    assert not any(p.is_meta for p in loaded.parameters())
+
+
+def test_expect_task_mismatch(tmp_path: Path) -> None:
+    path = tmp_path / "seg.safetensors"
+    sapiens.save_model(tiny("seg"), path)
+    with pytest.raises(sapiens.CheckpointError, match="holds a seg model, not normal"):
+        sapiens.load_model(path, expect_task="normal")
+
+
+# ----------------------------------------------------------------------------- bad files
+
+
+def _good_file(tmp_path: Path) -> Path:
+    path = tmp_path / "good.safetensors"
+    sapiens.save_model(tiny("normal"), path)
+    return path
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    data = _good_file(tmp_path).read_bytes()
+    bad = tmp_path / "truncated.safetensors"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(sapiens.CheckpointError, match=r"truncated.safetensors: truncated"):
+        sapiens.load_model(bad)
+
+
+def test_corrupt_header(tmp_path: Path) -> None:
+    bad = tmp_path / "corrupt.safetensors"
+    bad.write_bytes(struct.pack("<Q", 40) + b"{not json at all" + b"\x00" * 100)
+    with pytest.raises(sapiens.CheckpointError, match="corrupt safetensors header"):
+        sapiens.load_model(bad)
+
+
+def test_garbage_file(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.safetensors"
+    bad.write_bytes(b"\xff" * 64)
+    with pytest.raises(sapiens.CheckpointError, match="not a safetensors file"):
+        sapiens.load_model(bad)
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".bin", ".ckpt"])
+def test_pickle_suffix_refused_with_conversion_hint(tmp_path: Path, suffix: str) -> None:
+    bad = tmp_path / f"model{suffix}"
+    torch.save({"w": torch.zeros(2)}, bad)
+    with pytest.raises(sapiens.CheckpointError, match=r"pickled weights .* refused.*save_file"):
+        sapiens.load_model(bad)
+
+
+def test_pickle_disguised_as_safetensors(tmp_path: Path) -> None:
+    bad = tmp_path / "sneaky.safetensors"
+    torch.save({"w": torch.zeros(2)}, bad)
+    with pytest.raises(sapiens.CheckpointError, match="pickle/zip torch file"):
+        sapiens.load_model(bad)
+
+
+def test_other_model_family(tmp_path: Path) -> None:
+    path = tmp_path / "vit.safetensors"
+    save_file(
+        {
+            "pos_embed": torch.zeros(1, 197, 8),
+            "blocks.0.attn.qkv.weight": torch.zeros(24, 8),
+            "cls_token": torch.zeros(1, 1, 8),
+        },
+        str(path),
+    )
+    with pytest.raises(sapiens.CheckpointError, match="absolute position embedding"):
+        sapiens.load_model(path)
+
+
+def test_unknown_key_layout(tmp_path: Path) -> None:
+    path = tmp_path / "odd.safetensors"
+    save_file({"encoder.layer.0.weight": torch.zeros(2, 2)}, str(path))
+    with pytest.raises(sapiens.CheckpointError, match="unknown key layout"):
+        sapiens.load_model(path)
+
+
+def test_wrapper_prefix_is_named(tmp_path: Path) -> None:
+    model = tiny("seg")
+    path = tmp_path / "wrapped.safetensors"
+    save_file({f"module.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    with pytest.raises(sapiens.CheckpointError, match=r"starts with 'module\."):
+        sapiens.load_model(path)
+
+
+def test_missing_and_misshaped_tensors_are_listed(tmp_path: Path) -> None:
+    sd = {k: v.contiguous() for k, v in tiny("normal").state_dict().items()}
+    del sd["backbone.blocks.2.attn.proj.bias"]
+    sd["backbone.blocks.1.ffn.w3.weight"] = torch.zeros(64, 100)
+    sd["decode_head.extra.weight"] = torch.zeros(3)
+    path = tmp_path / "broken.safetensors"
+    save_file(sd, str(path))
+    with pytest.raises(sapiens.CheckpointError) as err:
+        sapiens.load_model(path)
+    msg = str(err.value)
+    assert "broken.safetensors" in msg
+    assert "backbone.blocks.2.attn.proj.bias" in msg
+    assert "backbone.blocks.1.ffn.w3.weight: file (64, 100) vs model (64, 256)" in msg
+    assert "decode_head.extra.weight" in msg
+
+
+def test_matting_layout_mismatch_is_reported(tmp_path: Path) -> None:
+    sd = {k: v.contiguous() for k, v in tiny("normal").state_dict().items()}
+    sd = {k.replace("conv_normal", "conv_matting"): v for k, v in sd.items()}
+    sd["decode_head.matting_refiner.weight"] = torch.zeros(4, 4)
+    path = tmp_path / "matting_v2.safetensors"
+    save_file(sd, str(path))
+    with pytest.raises(
+        sapiens.CheckpointError, match="matting head's upstream layout is unverified"
+    ):
+        sapiens.load_model(path)
+
+
+def test_nan_weights(tmp_path: Path) -> None:
+    sd = {k: v.contiguous() for k, v in tiny("seg").state_dict().items()}
+    sd["decode_head.conv_seg.weight"][0, 0] = float("nan")
+    path = tmp_path / "nan.safetensors"
+    save_file(sd, str(path))
+    with pytest.raises(sapiens.CheckpointError, match=r"conv_seg\.weight"):
+        sapiens.load_model(path)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(sapiens.CheckpointError, match="no such file"):
+        sapiens.load_model("/nonexistent/model.safetensors")
+
+
+def test_header_metadata_is_kept(tmp_path: Path) -> None:
+    path = _good_file(tmp_path)
+    (n,) = struct.unpack("<Q", path.read_bytes()[:8])
+    header = json.loads(path.read_bytes()[8 : 8 + n])
+    assert header["__metadata__"]["untrained"] == "true"
+    assert isinstance(sapiens.load_model(path).info, ModelInfo)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def test_nan_input_is_a_clear_error() -> None:
+    model = tiny(None)
+    x = torch.zeros(1, 3, *SMALL_HW)
+    x[0, 1, 5, 5] = float("nan")
+    with pytest.raises(sapiens.InputError, match="1 NaN or Inf"):
+        model(x)
+
+
+def test_input_smaller_than_a_patch() -> None:
+    with pytest.raises(sapiens.InputError, match="smaller than one 16x16 patch"):
+        tiny(None)(torch.zeros(1, 3, 8, 8))
+
+
+def test_input_not_a_multiple_is_not_cropped() -> None:
+    with pytest.raises(sapiens.InputError, match="not a multiple of 16"):
+        tiny(None)(torch.zeros(1, 3, 100, 96))
+    with pytest.raises(sapiens.InputError, match="not a multiple of 64"):
+        tiny(None, tokenizer=True)(torch.zeros(1, 3, 96, 64))
