@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -55,7 +56,5 @@ def s3_bucket(s3_endpoint: str) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         yield f"s3://{bucket}", options
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             fs.rm(bucket, recursive=True)
-        except FileNotFoundError:
-            pass
