@@ -103,7 +103,7 @@ ARCH_NAMES = (*_ARCH_ROWS, "sapiens2_tiny", "sapiens2_1b_4k")
 
 def canonical_arch(arch: str) -> tuple[str, bool]:
     """Normalise an arch name; returns (base name, whether it names the 4K tokenizer variant)."""
-    name = arch.strip().lower()
+    name = arch.strip().lower().replace("-4k", "_4k")
     name = ALIASES.get(name, name)
     if not name.startswith("sapiens2_"):
         name = f"sapiens2_{name}"
