@@ -26,6 +26,7 @@ import fileseq
 
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
+from storage.readers import read_frame
 from storage.uri import filesystem_for
 
 # Extensions a directory listing is searched for when the pattern is a bare directory.
@@ -60,7 +61,9 @@ class PlateSequence:
 
     def uri_for(self, frame: int) -> str:
         """URI of `frame` (the listed file when present, else the name the padding implies)."""
-        name = self.names.get(frame) or f"{self.basename}{_pad(frame, self.padding)}{self.extension}"
+        name = (
+            self.names.get(frame) or f"{self.basename}{_pad(frame, self.padding)}{self.extension}"
+        )
         return f"{self.directory}/{name}"
 
     @property
@@ -119,8 +122,7 @@ def discover_sequence(
     found = _match(names, template)
     if not found:
         raise SequenceError(
-            f"pattern {pattern!r} matches no file in {directory!r}"
-            + (f" ({len(names)} entries listed)" if names else " (the directory is empty)")
+            f"pattern {pattern!r} matches no file in {directory!r} ({_listing_summary(names)})"
         )
     padding = template.padding if template.padding is not None else _infer_padding(found)
     if requested is None:
@@ -164,8 +166,6 @@ def iter_frames(
     reported as a FrameError. One bad frame never stops the others.
     """
     if read_fn is None:
-        from storage.readers import read_frame
-
         read_fn = read_frame
         read_kwargs.setdefault("storage_options", seq.storage_options)
     wanted = seq.all_frames if frames is None else list(frames)
@@ -240,9 +240,7 @@ def _is_directory(pattern: str, storage_options: dict[str, Any] | None) -> bool:
         return False
 
 
-def _list_names(
-    pattern: str, directory: str, storage_options: dict[str, Any] | None
-) -> list[str]:
+def _list_names(pattern: str, directory: str, storage_options: dict[str, Any] | None) -> list[str]:
     """File names in `directory`, from one listing call (paged by s3fs on big prefixes)."""
     fs, path = filesystem_for(directory, storage_options)
     try:
@@ -378,6 +376,17 @@ def _infer_padding(found: dict[int, str]) -> int:
 def _frame_digits(name: str, frame: int) -> str:
     match = re.search(r"(\d+)(?=\.[^.]+$)", name)
     return match.group(1) if match else str(abs(frame))
+
+
+def _listing_summary(names: list[str], limit: int = 5) -> str:
+    """What the directory does hold, so a typo in the pattern is easy to spot."""
+    if not names:
+        return "the directory is empty"
+    found = [str(seq) for seq in fileseq.findSequencesInList(names)]
+    shown = ", ".join(found[:limit]) + (
+        f" and {len(found) - limit} more" if len(found) > limit else ""
+    )
+    return f"it holds {shown}"
 
 
 def _pad(frame: int, width: int) -> str:
