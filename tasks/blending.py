@@ -26,14 +26,16 @@ which is the same weighted mean in real arithmetic, and in floating point:
 Hence an identity model through plan -> extract -> blend returns its input bit-exact, in
 float32, with no float64 anywhere. For differing values each step is a convex combination of
 the mean so far and the new value, so blended values stay in the range of the tile values
-and per-pixel probability vectors (segmentation) keep summing to 1 up to rounding.
+and per-pixel probability vectors (segmentation) keep summing to 1 up to rounding. Where
+tiles disagree and one of them is not finite (or the two differ by more than the float
+range), the pixel becomes inf or NaN: model outputs are expected to be finite.
 Segmentation blends probabilities, never labels; normals are blended as vectors and should
 be re-normalised afterwards (``tasks.normal_rotation.normalize_vectors``): the blender itself
 never changes values, or identity would not be exact.
 
 The running mean's last bits depend on the order tiles are added, so add them in plan order
 for reproducible files. Memory: one frame-sized accumulator of ``channels`` plus one float32
-weight map; tiles are added as they arrive and not kept.
+weight map, and work arrays of one tile's size; tiles are added as they arrive and not kept.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class FrameBlender:
         shape = (height, width) if channels is None else (height, width, channels)
         self._mean = np.zeros(shape, dtype=dtype)
         self._weight_sum = np.zeros((height, width), dtype=np.float32)
+        self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def for_plan(
@@ -128,16 +131,33 @@ class FrameBlender:
         mean = self._mean[box.slices]
         weight_sum = self._weight_sum[box.slices]
         weights = feather_weights(tile)
+        if not weight_sum.any():
+            # The first tile over all these pixels: the step below would be exactly 1.
+            mean[...] = new
+            weight_sum += weights
+            return
 
         weight_sum += weights
-        step = weights / weight_sum  # exactly 1 where this is the first tile over a pixel
-        if self.channels is not None:
-            step = step[..., None]
-        blended = new - mean
-        blended *= step
-        blended += mean
-        np.copyto(blended, new, where=new == mean)
+        step, blended, same = self._scratch_for(new.shape)
+        np.divide(weights, weight_sum, out=step)  # exactly 1 where this tile is the first
+        # inf - inf is NaN for equal infinities; the copy below puts those back.
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.subtract(new, mean, out=blended)
+            blended *= step if self.channels is None else step[..., None]
+            blended += mean
+        np.equal(new, mean, out=same)
+        np.copyto(blended, new, where=same)
         mean[...] = blended
+
+    def _scratch_for(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Work arrays for one tile, reused between tiles: fresh large arrays cost page faults."""
+        if self._scratch is None or self._scratch[1].shape != shape:
+            self._scratch = (
+                np.empty(shape[:2], dtype=np.float32),
+                np.empty(shape, dtype=self._mean.dtype),
+                np.empty(shape, dtype=bool),
+            )
+        return self._scratch
 
     def covered(self) -> np.ndarray:
         """Boolean (H, W): pixels that at least one added tile covers."""

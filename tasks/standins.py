@@ -28,9 +28,13 @@ def _check_request(images: np.ndarray, passes: Sequence[str], supported: Sequenc
 
 
 def seg_label_from_rgb(images: np.ndarray) -> np.ndarray:
-    """The identity stand-in's class per pixel: the RGB mean cut into 29 equal bins."""
-    mean = np.nan_to_num(images.mean(axis=-1), nan=0.0, posinf=1.0, neginf=0.0)
-    return np.clip((mean * SEG_CLASSES).astype(np.int64), 0, SEG_CLASSES - 1)
+    """The identity stand-in's class per pixel: the RGB mean cut into 29 equal bins.
+
+    RGB is clipped to [0, 1] first (NaN counts as 0), so any pixel gives a class.
+    """
+    clipped = np.clip(np.nan_to_num(images, nan=0.0), 0.0, 1.0)
+    label = (clipped.mean(axis=-1) * SEG_CLASSES).astype(np.int64)
+    return np.minimum(label, SEG_CLASSES - 1)
 
 
 def one_hot(labels: np.ndarray, classes: int = SEG_CLASSES) -> np.ndarray:
