@@ -26,11 +26,11 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 from storage.errors import StorageError
@@ -55,17 +55,17 @@ def atomic_write_bytes(
     uri: str, data: bytes | bytearray | memoryview, storage_options: dict[str, Any] | None = None
 ) -> WriteResult:
     """Write `data` to `uri` so that readers never see a partial file."""
+    _require_supported(uri)
     payload = bytes(data)
     digest = hashlib.sha256(payload).hexdigest()
     fs, path = filesystem_for(uri, storage_options)
-    if isinstance(fs, LocalFileSystem):
-        _commit_local(Path(path), lambda handle: handle.write(payload))
-    else:
-        _require_object_store(fs, uri)
-        try:
+    try:
+        if isinstance(fs, LocalFileSystem):
+            _commit_local(Path(path), lambda handle: handle.write(payload))
+        else:
             fs.pipe_file(path, payload)
-        except Exception as exc:
-            raise StorageError(f"{uri}: write failed: {exc}") from exc
+    except Exception as exc:
+        raise StorageError(f"{uri}: write failed: {exc}") from exc
     return WriteResult(uri=uri, sha256=digest, size=len(payload))
 
 
@@ -75,22 +75,24 @@ class AtomicOpen:
     def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
         self.uri = uri
         self.result: WriteResult | None = None
+        _require_supported(uri)
         self._fs, self._path = filesystem_for(uri, storage_options)
         self._local = isinstance(self._fs, LocalFileSystem)
-        if not self._local:
-            _require_object_store(self._fs, uri)
         self._temp_path: Path | None = None
         self._handle: IO[bytes] | None = None
 
     def __enter__(self) -> IO[bytes]:
-        if self._local:
-            final = Path(self._path)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self._temp_path, self._handle = _open_temp_beside(final)
-        else:
-            # Spool to local disk, then upload the final key in one request on commit.
-            spool = tempfile.NamedTemporaryFile(prefix="svfx-upload-", delete=False)  # noqa: SIM115
-            self._temp_path, self._handle = Path(spool.name), spool
+        try:
+            if self._local:
+                final = Path(self._path)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                self._temp_path, self._handle = _open_temp_beside(final)
+            else:
+                # Spool to local disk, then upload the final key in one request on commit.
+                spool = tempfile.NamedTemporaryFile(prefix="svfx-upload-", delete=False)
+                self._temp_path, self._handle = Path(spool.name), spool
+        except OSError as exc:
+            raise StorageError(f"{self.uri}: cannot open for writing: {exc}") from exc
         return self._handle
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -100,20 +102,20 @@ class AtomicOpen:
             if exc_type is not None:
                 handle.close()
                 return
-            handle.flush()
-            if self._local:
-                os.fsync(handle.fileno())
-            handle.close()
-            digest, size = _hash_file(temp_path)
-            if self._local:
-                final = Path(self._path)
-                os.replace(temp_path, final)
-                _fsync_directory(final.parent)
-            else:
-                try:
+            try:
+                handle.flush()
+                if self._local:
+                    os.fsync(handle.fileno())
+                handle.close()
+                digest, size = _hash_file(temp_path)
+                if self._local:
+                    final = Path(self._path)
+                    os.replace(temp_path, final)
+                    _fsync_directory(final.parent)
+                else:
                     self._fs.put_file(str(temp_path), self._path)
-                except Exception as err:
-                    raise StorageError(f"{self.uri}: upload failed: {err}") from err
+            except Exception as err:
+                raise StorageError(f"{self.uri}: write failed: {err}") from err
             self.result = WriteResult(uri=self.uri, sha256=digest, size=size)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -134,6 +136,15 @@ def atomic_upload_file(
     local_path: str | os.PathLike[str], uri: str, storage_options: dict[str, Any] | None = None
 ) -> WriteResult:
     """Copy a finished local file to `uri` atomically (for encoders that need a real path)."""
+    _require_supported(uri)
+    fs, path = filesystem_for(uri, storage_options)
+    if not isinstance(fs, LocalFileSystem):  # one upload straight from the finished file
+        digest, size = _hash_file(Path(local_path))
+        try:
+            fs.put_file(str(local_path), path)
+        except Exception as exc:
+            raise StorageError(f"{uri}: upload failed: {exc}") from exc
+        return WriteResult(uri=uri, sha256=digest, size=size)
     writer = atomic_open(uri, storage_options)
     with writer as handle, open(local_path, "rb") as source:
         while block := source.read(_HASH_BLOCK):
@@ -158,13 +169,15 @@ def remove_stale_temp_files(directory: str | os.PathLike[str], older_than_s: flo
     return removed
 
 
-def _require_object_store(fs: Any, uri: str) -> None:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    if not _OBJECT_STORE_PROTOCOLS.intersection(protocols):
-        raise StorageError(
-            f"{uri}: atomic writes are supported on local paths and object stores "
-            f"({', '.join(sorted(_OBJECT_STORE_PROTOCOLS))}), not on {protocols[0]!r}"
-        )
+def _require_supported(uri: str) -> None:
+    """Refuse filesystems without an atomic write before connecting to them."""
+    protocol, _ = split_protocol(uri)
+    if protocol in (None, "file", "local") or protocol in _OBJECT_STORE_PROTOCOLS:
+        return
+    raise StorageError(
+        f"{uri}: atomic writes are supported on local paths and object stores "
+        f"({', '.join(sorted(_OBJECT_STORE_PROTOCOLS))}), not on {protocol!r}"
+    )
 
 
 def _open_temp_beside(final: Path) -> tuple[Path, IO[bytes]]:

@@ -6,7 +6,8 @@ same thing); the 32 bits are then read as a little-endian float32. The manifest 
 to the 8-hex-digit bit pattern of its float ID. The metadata key of a layer is the first 7 hex
 digits of the float ID of the layer name, as the Nuke tools derive it (`layer_hash`).
 
-Ranks: for each pixel the classes are sorted by probability, the top `ranks` are kept,
+Ranks: for each pixel the classes are sorted by probability (ties: higher class index
+first), the top `ranks` are kept,
 probabilities below `min_coverage` become ID 0 / coverage 0 (the spec's "no object"), and the
 kept coverages are renormalised to sum to 1. Rank 2k goes to `<layer>NN.R/G` (ID, coverage) and
 rank 2k+1 to `<layer>NN.B/A`, NN = k, as float32 (half destroys IDs).
@@ -165,23 +166,31 @@ def rank_channels(
     height, width, classes = probabilities.shape
     layers = (ranks + 1) // 2
     kept = min(ranks, classes)
-    planes = np.zeros((layers * 2, 2, height, width), dtype=np.float32)  # rank, (id, cov)
+    # Rank by sorting packed uint32 keys: the bit pattern of a non-negative float32 orders like
+    # the float, so its lowest mantissa bits are replaced by the class index and one partition
+    # plus a sort of `kept` keys per pixel gives classes and probabilities together. This is
+    # ~4x faster than argpartition + take_along_axis; the coverage loses those low bits
+    # (relative error < 2**-(23 - index_bits), 4e-6 for 29 classes) before renormalising.
+    index_bits = max(1, (classes - 1).bit_length())
+    if index_bits > 16:
+        raise ValueError(f"too many classes ({classes}) for one Cryptomatte layer")
+    index_mask = np.uint32((1 << index_bits) - 1)
+    value_mask = np.uint32(0xFFFFFFFF ^ int(index_mask))
+    class_index = np.arange(classes, dtype=np.uint32)
+    planes = np.zeros((layers * 2, 2, height, width), dtype=np.float32)  # rank, (id, coverage)
     for top in range(0, height, _ROWS_PER_BLOCK):
-        block = np.asarray(probabilities[top : top + _ROWS_PER_BLOCK], dtype=np.float32)
-        if not np.isfinite(block).all():
-            raise ValueError("class probabilities contain NaN or infinity")
-        if kept < classes:
-            candidates = np.argpartition(-block, kept - 1, axis=-1)[..., :kept]
-        else:
-            candidates = np.broadcast_to(np.arange(classes), block.shape).copy()
-        values = np.take_along_axis(block, candidates, axis=-1)
-        order = np.argsort(-values, axis=-1, kind="stable")
-        classes_ranked = np.take_along_axis(candidates, order, axis=-1)
-        coverage = np.take_along_axis(values, order, axis=-1)
-        coverage = np.where(coverage >= min_coverage, coverage, 0.0).astype(np.float32)
+        block = np.ascontiguousarray(probabilities[top : top + _ROWS_PER_BLOCK], dtype=np.float32)
+        if not np.isfinite(block).all() or (block < 0).any():
+            raise ValueError("class probabilities must be finite and non-negative")
+        keys = (block.view(np.uint32) & value_mask) | class_index
+        best = np.partition(keys, classes - kept, axis=-1)[..., classes - kept :]
+        best.sort(axis=-1)
+        best = best[..., ::-1]  # descending: rank 0 first
+        coverage = (best & value_mask).view(np.float32)
+        coverage = np.where(coverage >= min_coverage, coverage, np.float32(0.0))
         total = coverage.sum(axis=-1, keepdims=True)
         coverage = np.divide(coverage, total, out=np.zeros_like(coverage), where=total > 0)
-        pixel_ids = np.where(coverage > 0, ids[classes_ranked], np.float32(0.0))
+        pixel_ids = np.where(coverage > 0, ids[best & index_mask], np.float32(0.0))
         rows = slice(top, top + block.shape[0])
         planes[:kept, 0, rows] = np.moveaxis(pixel_ids, -1, 0)
         planes[:kept, 1, rows] = np.moveaxis(coverage, -1, 0)

@@ -8,6 +8,7 @@ named `plate`); data and display windows, pixel aspect ratio and header attribut
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -35,7 +36,17 @@ _STRUCTURAL = frozenset(
         "version",
     }
 )
-_WRITABLE_SCALARS = (bool, int, float, str, OpenEXR.TimeCode, OpenEXR.KeyCode, OpenEXR.Rational)
+# OpenEXR 3.5 returns rationals (framesPerSecond) as fractions.Fraction.
+_WRITABLE_SCALARS = (
+    bool,
+    int,
+    float,
+    str,
+    Fraction,
+    OpenEXR.TimeCode,
+    OpenEXR.KeyCode,
+    OpenEXR.Rational,
+)
 _TYPE_NAMES = {OpenEXR.HALF: "half", OpenEXR.FLOAT: "float", OpenEXR.UINT: "uint32"}
 _TYPE_BITS = {"half": 16, "float": 32, "uint32": 32}
 _DEFAULT_LAYERS = (None, "", "rgba", "RGBA")

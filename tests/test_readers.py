@@ -263,3 +263,22 @@ def test_sha256_streams_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(checksum, "BLOCK_SIZE", 1024)  # ten blocks
     assert sha256_file(str(path)) == expected
     assert sha256_file(f"file://{path}") == expected
+
+
+def test_frame_rate_rational_is_kept(tmp_path) -> None:
+    """OpenEXR 3.5 hands framesPerSecond back as a Fraction; it must reach the outputs."""
+    from fractions import Fraction
+
+    import numpy as np
+    import OpenEXR
+
+    from storage.readers import read_frame
+
+    path = tmp_path / "plate.1001.exr"
+    header = {
+        "compression": OpenEXR.ZIP_COMPRESSION,
+        "type": OpenEXR.scanlineimage,
+        "framesPerSecond": Fraction(24000, 1001),
+    }
+    OpenEXR.File(header, {"RGB": np.full((4, 6, 3), 0.5, np.float32)}).write(str(path))
+    assert read_frame(str(path), 1001).attributes["framesPerSecond"] == Fraction(24000, 1001)

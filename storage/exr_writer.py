@@ -1,0 +1,417 @@
+"""One multi-part OpenEXR per frame holding the Sapiens2 passes, laid out the way Nuke reads them.
+
+Parts, channels, pixel types and compression follow ARCHITECTURE.md ("Outputs"):
+
+| part             | channels                           | type  | from pass  |
+|------------------|------------------------------------|-------|------------|
+| `N`              | `N.x N.y N.z`                      | half  | `normal`   |
+| `P`              | `P.x P.y P.z depth.Z`              | float | `pointmap` |
+| `albedo`         | `albedo.R albedo.G albedo.B`       | half  | `albedo`   |
+| `matte`          | `matte.A`                          | half  | `matte`    |
+| `CryptoBodyPart` | `CryptoBodyPart00..02.R/G/B/A`     | float | `seg`      |
+| `seg`            | `seg.id` (argmax class index)      | uint  | `seg`      |
+
+Every part is a ZIP-compressed scanline image (never DWA: DWA is lossy on `R/G/B/Y` suffixes
+and would corrupt data and Cryptomatte IDs), carries the plate's data window, display window,
+pixel aspect ratio and the safe standard attributes (timecode, frame rate, capture date, ...),
+its `colorInteropID`, and the caller's provenance strings. Every channel carries its layer
+prefix, because Nuke and OpenImageIO derive layers from channel names, not part names.
+
+The Cryptomatte metadata (`cryptomatte/<key>/...`) is written into the header of *every*
+part when the `CryptoBodyPart` part is written, not only into that part: Nuke users report
+Cryptomatte layers missing from the metadata of multi-part files whose Cryptomatte sits in a
+later part (Psyop/Cryptomatte#145; Fusion: #137), while per-part readers look in the part that
+holds the channels. The manifest is ~1 KB. Not yet checked in Nuke itself.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import OpenEXR
+
+from storage import cryptomatte
+from storage.atomic import WriteResult, atomic_write_bytes
+from storage.errors import FrameError
+from storage.frame import Box, Frame
+
+log = logging.getLogger(__name__)
+
+CRYPTO_LAYER = "CryptoBodyPart"
+PART_ORDER: tuple[str, ...] = ("N", "P", "albedo", "matte", CRYPTO_LAYER, "seg")
+PASS_OF_PART: dict[str, str] = {
+    "N": "normal",
+    "P": "pointmap",
+    "albedo": "albedo",
+    "matte": "matte",
+    CRYPTO_LAYER: "seg",
+    "seg": "seg",
+}
+_NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120))
+DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
+CAMERA_AXES_KEY = "sapiens2/cameraAxes"
+CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on the seg part: seg.id -> name
+
+_PART_CONTENT = {
+    "N": "camera-space unit normals",
+    "P": "camera-space position in metres; depth.Z = P.z (distance along the forward axis)",
+    "albedo": "scene-linear albedo",
+    "matte": "person alpha",
+    CRYPTO_LAYER: "Cryptomatte of the body-part classes (coverage = class probability)",
+    "seg": "body-part class index (argmax of the class probabilities)",
+}
+# Attributes the writer owns; provenance may not override them.
+_RESERVED = frozenset(
+    {
+        "name",
+        "type",
+        "channels",
+        "compression",
+        "dataWindow",
+        "displayWindow",
+        "lineOrder",
+        "pixelAspectRatio",
+        "screenWindowCenter",
+        "screenWindowWidth",
+        "chunkCount",
+        "version",
+        "view",
+        "tiles",
+        "colorInteropID",
+        "sapiens2/content",
+        "sapiens2/classNames",
+    }
+)
+# Standard plate attributes we copy, with the other spellings readers use (OpenImageIO names).
+_PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
+    "timeCode": ("timeCode", "timecode", "smpte:TimeCode"),
+    "framesPerSecond": ("framesPerSecond", "FramesPerSecond", "fps"),
+    "capDate": ("capDate", "DateTime"),
+    "utcOffset": ("utcOffset",),
+    "owner": ("owner", "Copyright"),
+    "comments": ("comments", "ImageDescription"),
+    "keyCode": ("keyCode",),
+    "worldToCamera": ("worldToCamera",),
+    "worldToNDC": ("worldToNDC",),
+}
+
+
+def write_passes_exr(
+    uri: str,
+    plate: Frame,
+    passes: Mapping[str, np.ndarray],
+    provenance: Mapping[str, Any],
+    *,
+    class_names: Sequence[str] | None = None,
+    parts: Sequence[str] | None = None,
+    crypto_ranks: int = cryptomatte.DEFAULT_RANKS,
+    albedo_interop_id: str = "lin_ap1_scene",
+    storage_options: dict[str, Any] | None = None,
+) -> WriteResult:
+    """Write one frame's passes as a multi-part EXR at `uri`, atomically (local or S3).
+
+    `plate` supplies the windows, pixel aspect and header attributes (its pixels are not
+    used); every pass array must cover the plate's data window. `passes` holds any of
+    `normal` (H,W,3), `pointmap` (H,W,3), `albedo` (H,W,3), `matte` (H,W) and `seg` (H,W,C)
+    class probabilities. `parts` picks parts from PART_ORDER (default: every part whose pass
+    is present). `class_names[c]` names class `c` (needed for the seg parts). `provenance`
+    becomes string attributes on every part; `sapiens2/cameraAxes` defaults to
+    DEFAULT_CAMERA_AXES. Raises FrameError naming the file and frame on bad input.
+    """
+    data = encode_passes_exr(
+        plate,
+        passes,
+        provenance,
+        class_names=class_names,
+        parts=parts,
+        crypto_ranks=crypto_ranks,
+        albedo_interop_id=albedo_interop_id,
+        uri=uri,
+    )
+    return atomic_write_bytes(uri, data, storage_options)
+
+
+def encode_passes_exr(
+    plate: Frame,
+    passes: Mapping[str, np.ndarray],
+    provenance: Mapping[str, Any],
+    *,
+    class_names: Sequence[str] | None = None,
+    parts: Sequence[str] | None = None,
+    crypto_ranks: int = cryptomatte.DEFAULT_RANKS,
+    albedo_interop_id: str = "lin_ap1_scene",
+    uri: str = "<memory>",
+) -> bytes:
+    """The bytes of the multi-part EXR that `write_passes_exr` writes."""
+
+    def fail(reason: str) -> FrameError:
+        return FrameError(uri, plate.frame, reason)
+
+    chosen = _choose_parts(passes, parts, fail)
+    height, width = _window_size(plate.data_window)
+    base = _base_header(plate, provenance, fail)
+    if (CRYPTO_LAYER in chosen or "seg" in chosen) and not class_names:
+        raise fail("class_names are required to write the seg and CryptoBodyPart parts")
+    if CRYPTO_LAYER in chosen:
+        assert class_names is not None
+        try:
+            base.update(cryptomatte.metadata(CRYPTO_LAYER, class_names))
+        except ValueError as exc:
+            raise fail(str(exc)) from exc
+
+    exr_parts = []
+    for part in chosen:
+        source = np.asarray(passes[PASS_OF_PART[part]])
+        try:
+            channels = _part_channels(part, source, (height, width), class_names, crypto_ranks)
+        except ValueError as exc:
+            raise fail(f"part {part!r}: {exc}") from exc
+        header = dict(base)
+        header["colorInteropID"] = albedo_interop_id if part == "albedo" else "data"
+        header["sapiens2/content"] = _PART_CONTENT[part]
+        if part == "seg":
+            header[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
+        exr_parts.append(OpenEXR.Part(header, channels, part))
+
+    buffer = io.BytesIO()
+    try:
+        OpenEXR.File(exr_parts).write(buffer)
+    except Exception as exc:
+        raise fail(f"OpenEXR could not encode the file: {exc}") from exc
+    return buffer.getvalue()
+
+
+def _choose_parts(
+    passes: Mapping[str, np.ndarray], parts: Sequence[str] | None, fail: Any
+) -> list[str]:
+    if parts is None:
+        chosen = [part for part in PART_ORDER if PASS_OF_PART[part] in passes]
+    else:
+        unknown = [part for part in parts if part not in PASS_OF_PART]
+        if unknown:
+            raise fail(f"unknown EXR parts {unknown}; known parts are {list(PART_ORDER)}")
+        chosen = [part for part in PART_ORDER if part in parts]
+        missing = [part for part in chosen if PASS_OF_PART[part] not in passes]
+        if missing:
+            needed = sorted({PASS_OF_PART[part] for part in missing})
+            raise fail(f"parts {missing} were asked for but passes {needed} were not given")
+    if not chosen:
+        raise fail(f"no pass to write; give any of {sorted(set(PASS_OF_PART.values()))}")
+    return chosen
+
+
+def _window_size(window: Box) -> tuple[int, int]:
+    xmin, ymin, xmax, ymax = window
+    return ymax - ymin + 1, xmax - xmin + 1
+
+
+def _box(window: Box) -> tuple[np.ndarray, np.ndarray]:
+    xmin, ymin, xmax, ymax = window
+    return np.array([xmin, ymin], dtype=np.int32), np.array([xmax, ymax], dtype=np.int32)
+
+
+def _base_header(plate: Frame, provenance: Mapping[str, Any], fail: Any) -> dict[str, Any]:
+    header: dict[str, Any] = {
+        "type": OpenEXR.scanlineimage,
+        "compression": OpenEXR.ZIP_COMPRESSION,
+        "lineOrder": OpenEXR.INCREASING_Y,
+        "dataWindow": _box(plate.data_window),
+        "displayWindow": _box(plate.display_window),
+        "pixelAspectRatio": float(plate.pixel_aspect),
+    }
+    header.update(_plate_attributes(plate.attributes))
+    strings = {CAMERA_AXES_KEY: DEFAULT_CAMERA_AXES}
+    for key, value in provenance.items():
+        if not isinstance(key, str) or not key:
+            raise fail(f"provenance keys must be non-empty strings, got {key!r}")
+        if key in _RESERVED or key in _PLATE_ATTRIBUTE_ALIASES or key.startswith("cryptomatte/"):
+            raise fail(f"provenance key {key!r} would override an attribute the writer owns")
+        if value is None:
+            raise fail(f"provenance value for {key!r} is missing (None)")
+        strings[key] = str(value)
+    header.update(strings)
+    return header
+
+
+def _plate_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The plate's standard attributes in the types OpenEXR expects; unknown forms are logged."""
+    copied: dict[str, Any] = {}
+    for name, aliases in _PLATE_ATTRIBUTE_ALIASES.items():
+        key = next((alias for alias in aliases if alias in attributes), None)
+        if key is None:
+            continue
+        try:
+            value = _convert_attribute(name, attributes[key])
+        except (TypeError, ValueError) as exc:
+            log.warning("plate attribute %r=%r not copied: %s", key, attributes[key], exc)
+            continue
+        if value is not None:
+            copied[name] = value
+    return copied
+
+
+def _convert_attribute(name: str, value: Any) -> Any:
+    if name == "timeCode":
+        return to_exr_timecode(value)
+    if name == "framesPerSecond":
+        return to_rational(value)
+    if name in ("capDate", "owner", "comments"):
+        return str(value)
+    if name == "utcOffset":
+        return float(value)
+    if name == "keyCode":
+        if isinstance(value, OpenEXR.KeyCode):
+            return value
+        raise TypeError("only OpenEXR.KeyCode values are copied")
+    matrix = np.asarray(value, dtype=np.float32)
+    if matrix.shape != (4, 4):
+        raise ValueError(f"expected a 4x4 matrix, got shape {matrix.shape}")
+    return matrix
+
+
+def to_rational(value: Any) -> Fraction:
+    """A frame rate as a Fraction (OpenEXR's Python binding writes Fractions as `rational`)."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, tuple | list | np.ndarray) and len(value) == 2:
+        return Fraction(int(value[0]), int(value[1]))
+    if isinstance(value, str) and "/" in value:
+        return Fraction(value)
+    rate = float(value)
+    if not rate > 0:
+        raise ValueError(f"frame rate must be positive, got {value!r}")
+    for ntsc in _NTSC_RATES:  # 23.976 means 24000/1001, not 2997/125
+        if abs(rate - float(ntsc)) < 1e-3:
+            return ntsc
+    return Fraction(rate).limit_denominator(1001)
+
+
+def to_exr_timecode(value: Any) -> OpenEXR.TimeCode:
+    """An OpenEXR.TimeCode from the forms readers give.
+
+    Accepted: an OpenEXR.TimeCode; the 10-tuple OpenEXR reads back (hours, minutes, seconds,
+    frame, dropFrame, colorFrame, fieldPhase, bgf0, bgf1, bgf2); OpenImageIO's
+    `smpte:TimeCode` pair (SMPTE 12M packed time-and-flags, user data); "HH:MM:SS:FF"
+    (";" before the frames marks drop frame).
+    """
+    timecode = OpenEXR.TimeCode()
+    if isinstance(value, OpenEXR.TimeCode):
+        fields = _timecode_fields(value)
+        user_data = value.userData
+    elif isinstance(value, str):
+        fields, user_data = _parse_timecode_string(value), 0
+    else:
+        items = [int(item) for item in value]
+        if len(items) == 2:
+            fields, user_data = _unpack_smpte(items[0]), items[1]
+        elif len(items) in (4, 10):
+            fields, user_data = tuple(items) + (0,) * (10 - len(items)), 0
+        else:
+            raise ValueError(f"cannot read a timecode from {value!r}")
+    names = (
+        "hours",
+        "minutes",
+        "seconds",
+        "frame",
+        "dropFrame",
+        "colorFrame",
+        "fieldPhase",
+        "bgf0",
+        "bgf1",
+        "bgf2",
+    )
+    for index, (field_name, field_value) in enumerate(zip(names, fields, strict=True)):
+        setattr(timecode, field_name, int(field_value) if index < 4 else bool(field_value))
+    timecode.userData = user_data
+    return timecode
+
+
+def _timecode_fields(value: OpenEXR.TimeCode) -> tuple[int, ...]:
+    return (
+        value.hours,
+        value.minutes,
+        value.seconds,
+        value.frame,
+        int(value.dropFrame),
+        int(value.colorFrame),
+        int(value.fieldPhase),
+        int(value.bgf0),
+        int(value.bgf1),
+        int(value.bgf2),
+    )
+
+
+def _parse_timecode_string(text: str) -> tuple[int, ...]:
+    drop = ";" in text
+    parts = text.replace(";", ":").split(":")
+    if len(parts) != 4:
+        raise ValueError(f"timecode {text!r} is not HH:MM:SS:FF")
+    hours, minutes, seconds, frame = (int(part) for part in parts)
+    return (hours, minutes, seconds, frame, int(drop), 0, 0, 0, 0, 0)
+
+
+def _unpack_smpte(packed: int) -> tuple[int, ...]:
+    """Decode SMPTE 12M BCD time-and-flags (the 60-field packing OpenEXR stores)."""
+
+    def bcd(shift: int, tens_bits: int) -> int:
+        units = (packed >> shift) & 0xF
+        tens = (packed >> (shift + 4)) & ((1 << tens_bits) - 1)
+        return tens * 10 + units
+
+    return (
+        bcd(24, 2),
+        bcd(16, 3),
+        bcd(8, 3),
+        bcd(0, 2),
+        (packed >> 6) & 1,
+        (packed >> 7) & 1,
+        (packed >> 15) & 1,
+        (packed >> 23) & 1,
+        (packed >> 30) & 1,
+        (packed >> 31) & 1,
+    )
+
+
+def _part_channels(
+    part: str,
+    source: np.ndarray,
+    size: tuple[int, int],
+    class_names: Sequence[str] | None,
+    crypto_ranks: int,
+) -> dict[str, np.ndarray]:
+    height, width = size
+
+    def checked(*trailing: int) -> np.ndarray:
+        want = (height, width, *trailing)
+        if source.shape != want:
+            raise ValueError(f"expected shape {want} (the plate's data window), got {source.shape}")
+        return source
+
+    if part == "N":
+        normal = checked(3)
+        return {f"N.{axis}": _plane(normal[..., i], np.float16) for i, axis in enumerate("xyz")}
+    if part == "P":
+        points = checked(3)
+        channels = {f"P.{axis}": _plane(points[..., i], np.float32) for i, axis in enumerate("xyz")}
+        channels["depth.Z"] = _plane(points[..., 2], np.float32)
+        return channels
+    if part == "albedo":
+        albedo = checked(3)
+        return {f"albedo.{c}": _plane(albedo[..., i], np.float16) for i, c in enumerate("RGB")}
+    if part == "matte":
+        return {"matte.A": _plane(checked(), np.float16)}
+    assert class_names is not None
+    probabilities = checked(len(class_names))
+    if part == "seg":
+        return {"seg.id": np.argmax(probabilities, axis=-1).astype(np.uint32)}
+    return cryptomatte.rank_channels(probabilities, class_names, CRYPTO_LAYER, crypto_ranks)
+
+
+def _plane(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=dtype)
