@@ -10,14 +10,7 @@ import sapiens
 from sapiens.preprocess import letterbox, normalize, restore, stretch
 from tests.model_helpers import SMALL_HW, tiny
 
-PASS_TASK = {
-    "normal": "normal",
-    "albedo": "albedo",
-    "pointmap": "pointmap",
-    "seg": "seg",
-    "matte": "matting",
-    "pose": "pose",
-}
+PASS_TASK = {p: t for p, t in sapiens.PASS_TASKS.items() if t is not None}
 
 
 @pytest.fixture(scope="module")
