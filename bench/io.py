@@ -80,7 +80,7 @@ def run(height: int, width: int, frames: int, passes: list[str], root: Path) -> 
     colour = ColourConversion("ACEScg")
     stages = Stages()
     wall = time.perf_counter()
-    for number in frame_numbers:
+    for index, number in enumerate(frame_numbers):
         with stages.stage("read"):
             frame = read_frame(str(plates / f"plate.{number:04d}.exr"), number)
         with stages.stage("colour"):
@@ -105,7 +105,7 @@ def run(height: int, width: int, frames: int, passes: list[str], root: Path) -> 
                 class_names=SEG_CLASSES,
             )
         with stages.stage("write zarr"):
-            writer.write_frame(frame_numbers.index(number), results)
+            writer.write_frame(index, results)
     wall = time.perf_counter() - wall
     per_frame = {k: v / frames for k, v in stages.cpu.items()}
     return {

@@ -30,11 +30,10 @@ from .model import ModelInfo, SapiensTaskModel
 
 PICKLE_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle"}
 _CONVERT_HINT = (
-    "pickled weights can run arbitrary code when loaded, so they are refused. Convert once, "
-    'in a trusted environment: python -c "import torch, safetensors.torch as st; '
-    "sd = torch.load('IN.pth', map_location='cpu', weights_only=True); "
-    "sd = sd.get('state_dict', sd.get('model', sd)); "
-    "st.save_file({k: v.contiguous() for k, v in sd.items()}, 'OUT.safetensors')\""
+    "pickled weights can run arbitrary code when loaded, so they are refused. Convert the "
+    "file to safetensors once, in a trusted environment (the safetensors project's convert "
+    "script, or safetensors.torch.save_file on its state dict with contiguous tensors), and "
+    "load the .safetensors file"
 )
 Shapes = dict[str, tuple[int, ...]]
 

@@ -111,9 +111,8 @@ class Predictor:
         prepare = letterbox if name in LETTERBOXED else stretch
         canvas, geom = prepare(x01, info.input_hw)
         canvas, (pb, pr) = pad_to_multiple(canvas, info.backbone.input_multiple)
+        geom = geom.padded(pb, pr)  # `restore` then drops this padding too
         raw = model(normalize(canvas).to(self.dtype))
-        if pb or pr:  # a canvas size that is not a multiple of 16: drop the padding again
-            raw = _crop_pad(raw, canvas.shape[-2:], (pb, pr))
         if name == "normal":
             return {"normal": _np(post.unit_normals(restore(post.unit_normals(raw.float()), geom)))}
         if name == "albedo":
@@ -156,18 +155,6 @@ class Predictor:
             batch_size=self.batch_size * 2,
             input_hw=info.input_hw,
         )
-
-
-def _crop_pad(raw, canvas_hw, pad):
-    """Remove bottom/right padding from outputs at any multiple of the canvas size."""
-
-    def crop(t: Tensor) -> Tensor:
-        if t.ndim != 4:
-            return t
-        fy, fx = t.shape[-2] / canvas_hw[0], t.shape[-1] / canvas_hw[1]
-        return t[..., : t.shape[-2] - round(pad[0] * fy), : t.shape[-1] - round(pad[1] * fx)]
-
-    return tuple(crop(t) for t in raw) if isinstance(raw, tuple) else crop(raw)
 
 
 def _np(t: Tensor, channels_last: bool = True) -> np.ndarray:

@@ -51,6 +51,17 @@ class Geometry:
     def scale_x(self) -> float:
         return self.resized_hw[1] / self.in_hw[1]
 
+    def padded(self, bottom: int, right: int) -> Geometry:
+        """The same placement with extra bottom/right padding (see `pad_to_multiple`)."""
+        left, r, top, b = self.pad
+        oh, ow = self.out_hw
+        return Geometry(
+            self.in_hw,
+            self.resized_hw,
+            (left, r + right, top, b + bottom),
+            (oh + bottom, ow + right),
+        )
+
 
 def _resize(x: Tensor, hw: tuple[int, int], mode: str) -> Tensor:
     if tuple(x.shape[-2:]) == tuple(hw):

@@ -51,11 +51,9 @@ def _apply_rope(q: Tensor, k: Tensor, sin: Tensor, cos: Tensor) -> tuple[Tensor,
     return q.to(qd), k.to(kd)
 
 
-def _attention(sd: Mapping[str, Tensor], pre: str, x: Tensor, rope=None) -> Tensor:
+def _attention(sd: Mapping[str, Tensor], pre: str, x: Tensor, head_dim: int, rope=None) -> Tensor:
     b, n, c = x.shape
-    hd = sd[f"{pre}q_norm.weight"].shape[0] if f"{pre}q_norm.weight" in sd else None
-    if hd is None:  # tokenizer blocks: no qk-norm; heads passed through the key
-        hd = sd["__tokenizer_head_dim__"].item()
+    hd = head_dim
     heads = c // hd
     kv = sd[f"{pre}wk.weight"].shape[0] // hd
     q = F.linear(x, sd[f"{pre}wq.weight"], sd[f"{pre}wq.bias"]).view(b, n, heads, hd)
@@ -78,8 +76,8 @@ def _attention(sd: Mapping[str, Tensor], pre: str, x: Tensor, rope=None) -> Tens
     return out
 
 
-def _block(sd: Mapping[str, Tensor], pre: str, x: Tensor, rope=None) -> Tensor:
-    x = x + _attention(sd, f"{pre}attn.", _rms(x, sd[f"{pre}ln1.weight"]), rope)
+def _block(sd: Mapping[str, Tensor], pre: str, x: Tensor, head_dim: int, rope=None) -> Tensor:
+    x = x + _attention(sd, f"{pre}attn.", _rms(x, sd[f"{pre}ln1.weight"]), head_dim, rope)
     h = F.linear(
         _rms(x, sd[f"{pre}ln2.weight"]), sd[f"{pre}ffn.w12.weight"], sd[f"{pre}ffn.w12.bias"]
     )
@@ -94,8 +92,9 @@ def _count(sd: Mapping[str, Tensor], pattern: str) -> int:
 
 def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024) -> Tensor:
     """Feature map (B, C, H/16, W/16) from un-prefixed backbone weights, upstream's way."""
-    sd = dict(sd)
     b = x.shape[0]
+    # Tokenizer blocks have no q_norm; they use the main encoder's head count.
+    head_dim = sd["blocks.0.attn.q_norm.weight"].shape[0]
     x = F.conv2d(
         x, sd["patch_embed.projection.weight"], sd["patch_embed.projection.bias"], stride=16
     )
@@ -104,8 +103,6 @@ def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024
     x = x.flatten(2).transpose(1, 2)
     n_tok = _count(sd, r"tokenizer\.blocks\.(\d+)\.")
     if n_tok:
-        hd = sd["blocks.0.attn.q_norm.weight"].shape[0]
-        sd["__tokenizer_head_dim__"] = torch.tensor(hd)
         ws = 4
         ph, pw = h // ws, w // ws
         win = x.view(b, ph, ws, pw, ws, c).permute(0, 1, 3, 2, 4, 5).contiguous()
@@ -116,7 +113,7 @@ def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024
             t = torch.cat([sd["tokenizer.w_cls"].expand(chunk.shape[0], -1, -1), chunk], dim=1)
             t = t + sd["tokenizer.local_pos_embed"]
             for j in range(n_tok):
-                t = _block(sd, f"tokenizer.blocks.{j}.", t)
+                t = _block(sd, f"tokenizer.blocks.{j}.", t, head_dim)
             out[i : i + chunk.shape[0]] = t[:, 0]
         x = out.view(b, ph * pw, c)
         h, w = ph, pw
@@ -125,7 +122,7 @@ def backbone_forward(sd: Mapping[str, Tensor], x: Tensor, chunk_size: int = 1024
     )
     rope = _rope_tables(sd["rope_embed.periods"], h, w)
     for i in range(_count(sd, r"blocks\.(\d+)\.")):
-        x = _block(sd, f"blocks.{i}.", x, rope)
+        x = _block(sd, f"blocks.{i}.", x, head_dim, rope)
     x = _rms(x, sd["ln1.weight"])
     return x[:, NUM_PREFIX:].transpose(1, 2).reshape(b, c, h, w)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from storage.errors import FrameError
+from storage.errors import reading
 from storage.uri import filesystem_for
 
 # 8 MiB: few round trips on S3, small enough to keep memory flat however big the file.
@@ -26,14 +26,10 @@ def sha256_file(
     """
     fs, path = filesystem_for(uri, storage_options)
     digest = hashlib.sha256()
-    try:
-        with fs.open(path, "rb", block_size=BLOCK_SIZE) as handle:
-            while block := handle.read(BLOCK_SIZE):
-                digest.update(block)
-    except FileNotFoundError as exc:
-        raise FrameError(uri, frame, f"cannot checksum: file not found ({exc})") from exc
-    except PermissionError as exc:
-        raise FrameError(uri, frame, f"cannot checksum: access denied ({exc})") from exc
-    except OSError as exc:
-        raise FrameError(uri, frame, f"cannot checksum: read failed ({exc})") from exc
+    with (
+        reading(uri, frame, prefix="cannot checksum: ", failed="read failed"),
+        fs.open(path, "rb", block_size=BLOCK_SIZE) as handle,
+    ):
+        while block := handle.read(BLOCK_SIZE):
+            digest.update(block)
     return digest.hexdigest()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class StorageError(Exception):
     """Base class for everything `storage/` raises on bad input or unreachable data."""
@@ -24,3 +27,24 @@ class FrameError(StorageError):
 
 class SequenceError(StorageError):
     """A frame pattern that matches nothing, or cannot be parsed or listed."""
+
+
+@contextmanager
+def reading(
+    uri: str,
+    frame: int | None,
+    *,
+    prefix: str = "",
+    not_found: str = "file not found",
+    failed: str = "cannot read the file",
+) -> Iterator[None]:
+    """Turn OS and filesystem errors raised inside the block into a FrameError naming the
+    file and frame: gone, forbidden or unreadable."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise FrameError(uri, frame, f"{prefix}{not_found} ({exc})") from exc
+    except PermissionError as exc:
+        raise FrameError(uri, frame, f"{prefix}access denied ({exc})") from exc
+    except OSError as exc:
+        raise FrameError(uri, frame, f"{prefix}{failed} ({exc})") from exc

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from storage.errors import FrameError
+from storage.errors import FrameError, reading
 from storage.exr_reader import EXR_MAGIC, read_exr
 from storage.frame import Frame
 from storage.image_reader import read_image
@@ -61,16 +61,8 @@ def fetch_bytes(
 ) -> bytes:
     """The whole object at `uri`; FrameError when it is gone, forbidden or unreadable."""
     fs, path = filesystem_for(uri, storage_options)
-    try:
+    with reading(uri, frame, not_found="file not found (removed after the sequence was listed?)"):
         return bytes(fs.cat_file(path))
-    except FileNotFoundError as exc:
-        raise FrameError(
-            uri, frame, f"file not found (removed after the sequence was listed?) ({exc})"
-        ) from exc
-    except PermissionError as exc:
-        raise FrameError(uri, frame, f"access denied ({exc})") from exc
-    except OSError as exc:
-        raise FrameError(uri, frame, f"cannot read the file ({exc})") from exc
 
 
 def decode_frame(
@@ -121,15 +113,8 @@ def _check_policy(policy: str) -> None:
 
 
 def _local_magic(path: str, uri: str, frame: int | None) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-    except FileNotFoundError as exc:
-        raise FrameError(uri, frame, f"file not found ({exc})") from exc
-    except PermissionError as exc:
-        raise FrameError(uri, frame, f"access denied ({exc})") from exc
-    except OSError as exc:
-        raise FrameError(uri, frame, f"cannot read the file ({exc})") from exc
+    with reading(uri, frame), open(path, "rb") as handle:
+        magic = handle.read(4)
     if not magic:
         raise FrameError(uri, frame, "the file is empty (0 bytes)")
     return magic
