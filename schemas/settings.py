@@ -1,0 +1,111 @@
+"""Platform configuration: environment variables, then an optional ``svfx.toml``, then defaults.
+
+The embedded default needs nothing set: data under ``~/.svfx`` (SQLite catalog, Prefect home,
+outputs), a LocalCluster, the ephemeral Prefect API and local disk. Production sets
+``SVFX_CATALOG_URL`` (PostgreSQL), ``SVFX_DASK_ADDRESS``, ``SVFX_CHECKPOINT_ROOT``,
+``SVFX_OUTPUT_ROOT`` and ``SVFX_ALLOWED_ROOTS``.
+
+``svfx.toml`` is looked up at ``$SVFX_CONFIG``, then ``./svfx.toml``, then
+``$SVFX_HOME/svfx.toml``; its keys are the field names below (``catalog_url = "..."``).
+Environment variables win over the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SVFX_HOME") or Path.home() / ".svfx").expanduser()
+
+
+def config_file() -> Path | None:
+    """The ``svfx.toml`` in effect, or None."""
+    explicit = os.environ.get("SVFX_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    for candidate in (Path.cwd() / "svfx.toml", default_home() / "svfx.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SVFX_", extra="ignore")
+
+    home: Path = Field(default_factory=default_home)
+    catalog_url: str | None = None  # default: sqlite under home
+    dask_address: str | None = None  # default: a LocalCluster per run
+    checkpoint_root: str | None = None  # default: tiny untrained models
+    output_root: str | None = None  # default: home/outputs
+    # Comma- or colon-separated; default: home and the current directory.
+    allowed_roots: list[str] = Field(default_factory=list)
+    s3_endpoint_url: str | None = None
+    local_workers: int = 2  # LocalCluster worker processes when no address is given
+    chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker
+
+    @field_validator("allowed_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.replace(",", os.pathsep).split(os.pathsep)]
+            # keep "s3://bucket" intact when os.pathsep is ":"
+            merged: list[str] = []
+            for part in parts:
+                if merged and merged[-1].endswith(("s3", "gs", "file")) and part.startswith("//"):
+                    merged[-1] = f"{merged[-1]}:{part}"
+                elif part:
+                    merged.append(part)
+            return merged
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = config_file()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @property
+    def catalog(self) -> str:
+        return self.catalog_url or f"sqlite:///{self.home / 'catalog.db'}"
+
+    @property
+    def outputs(self) -> str:
+        return self.output_root or str(self.home / "outputs")
+
+    @property
+    def roots(self) -> list[str]:
+        """Where plates and outputs may live."""
+        if self.allowed_roots:
+            return list(self.allowed_roots)
+        return [str(self.home), str(Path.cwd())]
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """fsspec options for ``s3://`` URIs (credentials come from the AWS variables)."""
+        if self.s3_endpoint_url:
+            return {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}}
+        return {}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings(**overrides)

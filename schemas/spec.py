@@ -1,0 +1,227 @@
+"""The validated specification of one shot job (``ShotSpec``) and the checks run before any
+GPU time is spent: names, passes, sizes, tiling, and paths under the allowed roots."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+import fileseq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PassName = Literal["normal", "pointmap", "albedo", "matte", "seg", "pose"]
+ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
+MODEL_SIZES: tuple[str, ...] = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b")
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; the message lists every problem, one per line."""
+
+
+class TilingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tile_height: int = Field(1024, ge=64, le=8192)
+    tile_width: int = Field(768, ge=64, le=8192)
+    overlap: int = Field(128, ge=0, le=1024)
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> TilingSpec:
+        if self.overlap * 2 >= min(self.tile_height, self.tile_width):
+            raise ValueError(
+                f"overlap {self.overlap} px is too large for {self.tile_width}x"
+                f"{self.tile_height} tiles (must be under half the shorter side)"
+            )
+        return self
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_height, self.tile_width
+
+
+class ShotSpec(BaseModel):
+    """Everything one run of ``process_shot`` needs; frozen and JSON-serialisable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plate: str = Field(description="frame pattern: plate.####.exr, plate.%04d.exr, s3://...")
+    show: Name
+    sequence: Name
+    shot: Name
+    frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
+    colorspace: str | None = Field(None, description="plate colour space; None: guess")
+    passes: tuple[PassName, ...] = ALL_PASSES
+    model_size: str = "tiny"
+    checkpoints: dict[PassName, str] = Field(default_factory=dict)
+    checkpoint_root: str | None = None
+    tiling: TilingSpec = TilingSpec()
+    output_root: str | None = None
+    version: str = "v001"
+    chunk_frames: int = Field(8, ge=1, le=1000)
+    batch_size: int = Field(4, ge=1, le=256)
+    precision: Precision = "auto"
+    max_people: int = Field(20, ge=1, le=200)
+    previews: bool = True
+    review_clips: bool = True
+    submitter: str = Field(default_factory=getpass.getuser)
+
+    @field_validator("show", "sequence", "shot")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not a usable name (letters, digits, '_', '.', '-'; "
+                "starting with a letter or digit; at most 64 characters)"
+            )
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"v\d{3,4}", value):
+            raise ValueError(f"version {value!r} must look like v001")
+        return value
+
+    @field_validator("passes", mode="before")
+    @classmethod
+    def _split_passes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        if isinstance(value, list | tuple):
+            unknown = [p for p in value if p not in ALL_PASSES]
+            if unknown:
+                raise ValueError(
+                    f"unknown pass {', '.join(map(repr, unknown))}; known: {', '.join(ALL_PASSES)}"
+                )
+            if not value:
+                raise ValueError("no passes asked for")
+            # canonical order, no repeats
+            return tuple(p for p in ALL_PASSES if p in value)
+        return value
+
+    @field_validator("model_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        size = value.strip().lower()
+        if size not in MODEL_SIZES:
+            raise ValueError(f"unknown model size {value!r}; known: {', '.join(MODEL_SIZES)}")
+        return size
+
+    @field_validator("frames")
+    @classmethod
+    def _frames(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            frame_set = fileseq.FrameSet(value.strip())
+        except Exception as exc:  # fileseq raises its own ParseException
+            raise ValueError(f"frame range {value!r} is not valid: {exc}") from exc
+        if len(frame_set) == 0:
+            raise ValueError(f"frame range {value!r} holds no frames")
+        return str(frame_set)
+
+    @model_validator(mode="after")
+    def _plate_pattern(self) -> ShotSpec:
+        if not self.plate.strip():
+            raise ValueError("the plate pattern is empty")
+        return self
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def model_passes(self) -> tuple[str, ...]:
+        """Passes the models must compute: pose needs person boxes from seg or matte, so a
+        pose-only job also runs seg (not written)."""
+        passes = list(self.passes)
+        if "pose" in passes and not {"seg", "matte"} & set(passes):
+            passes.insert(passes.index("pose"), "seg")
+        return tuple(passes)
+
+    @property
+    def shot_path(self) -> str:
+        return f"{self.show}/{self.sequence}/{self.shot}"
+
+    def settings_digest(self) -> str:
+        """What besides plate and checkpoints changes the pixels (part of the cache key)."""
+        relevant = {
+            "colorspace": self.colorspace,
+            "tiling": self.tiling.model_dump(),
+            "precision": self.precision,
+            "max_people": self.max_people,
+            "passes": list(self.passes),
+        }
+        text = json.dumps(relevant, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_key(plate_sha256: str, checkpoint_sha256s: list[str], settings_digest: str) -> str:
+    """Plate frame checksum + checkpoint hashes + settings: equal keys make equal outputs."""
+    text = "|".join([plate_sha256, *sorted(checkpoint_sha256s), settings_digest])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_under(path: str, root: str) -> bool:
+    """Whether ``path`` lies under ``root`` (lexically, after resolving '..')."""
+    path_scheme, path_rest = _split_scheme(path)
+    root_scheme, root_rest = _split_scheme(root)
+    if path_scheme != root_scheme:
+        return False
+    p, r = _normalise(path_rest), _normalise(root_rest)
+    return p == r or p.startswith(r.rstrip("/") + "/")
+
+
+def _split_scheme(uri: str) -> tuple[str, str]:
+    if "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        return (scheme.lower() if scheme.lower() != "file" else ""), rest
+    return "", uri
+
+
+def _normalise(path: str) -> str:
+    import os.path
+
+    absolute = path if path.startswith("/") else os.path.abspath(path)
+    parts: list[str] = []
+    for part in PurePosixPath(absolute).parts[1:]:
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in (".", ""):
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def check_paths(spec: ShotSpec, allowed_roots: list[str], output_root: str) -> list[str]:
+    """Problems with where the spec reads and writes (empty when all is allowed)."""
+    problems = []
+    places = [("plate", spec.plate), ("output root", spec.output_root or output_root)]
+    if spec.checkpoint_root:
+        places.append(("checkpoint root", spec.checkpoint_root))
+    places += [(f"{name} checkpoint", path) for name, path in spec.checkpoints.items()]
+    for label, path in places:
+        if not any(is_under(path, root) for root in allowed_roots):
+            problems.append(
+                f"{label} {path} lies outside the allowed roots ({', '.join(allowed_roots)}); "
+                "set SVFX_ALLOWED_ROOTS to allow it"
+            )
+    return problems
+
+
+def parse_spec(data: dict[str, Any]) -> ShotSpec:
+    """Validate ``data`` into a ShotSpec, turning pydantic's errors into one readable SpecError."""
+    try:
+        return ShotSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"]) or "spec"
+            message = str(error["msg"]).removeprefix("Value error, ")
+            lines.append(f"{where}: {message}")
+        raise SpecError("invalid shot spec:\n  " + "\n  ".join(lines)) from None

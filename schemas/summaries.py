@@ -1,0 +1,81 @@
+"""What a worker returns for a chunk of frames: small records, no pixels. The flow writes them
+into the catalog (one writer, in batches). Plain dataclasses so Dask pickles them cheaply."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
+FrameStatus = Literal["done", "failed"]
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """One pass of one frame as stored: an EXR part, a Zarr region, a preview image..."""
+
+    pass_name: str  # normal, pointmap, albedo, matte, seg, pose
+    frame: int
+    kind: OutputKind
+    uri: str  # the file (EXR, preview) or the Zarr array (store/array)
+    sha256: str  # of the file; of the region's raw bytes for Zarr
+    size_bytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    part: str | None = None  # EXR part name, e.g. "N"
+    cache_key: str = ""
+
+
+@dataclass
+class FrameSummary:
+    frame: int
+    plate_uri: str
+    status: FrameStatus
+    plate_sha256: str | None = None
+    plate_size: int | None = None
+    plate_fingerprint: str | None = None  # size+mtime locally, ETag on S3
+    error: str | None = None
+    outputs: list[OutputRecord] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    cache_key: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ChunkSummary:
+    """A chunk's frames plus the environment that made them (provenance)."""
+
+    chunk_index: int
+    frames: list[FrameSummary]
+    worker: str  # host:pid
+    environment: dict[str, Any]  # platform/torch/CUDA versions, device, precision
+    checkpoints: dict[str, dict[str, Any]]  # pass -> sha256, arch, task, path, trained
+    colour: dict[str, str]  # the colour transform used
+    tiling: dict[str, Any]
+    wall_s: float = 0.0
+    model_s: float = 0.0  # time inside the model (for the model's share of wall time)
+    load_s: float = 0.0  # model loading on this call (0 when cached)
+    peak_rss_mb: float = 0.0
+
+    @property
+    def failed(self) -> list[FrameSummary]:
+        return [f for f in self.frames if f.status == "failed"]
+
+
+@dataclass(frozen=True)
+class PlateInfo:
+    """What the flow learns about a plate while planning (one header read plus a listing)."""
+
+    pattern: str
+    frames: tuple[int, ...]  # present
+    holes: tuple[int, ...]  # missing inside the range
+    width: int  # data window size
+    height: int
+    data_window: tuple[int, int, int, int]  # EXR box: xmin, ymin, xmax, ymax (inclusive)
+    display_window: tuple[int, int, int, int]
+    pixel_aspect: float
+    colorspace: str  # resolved OCIO name
+    colorspace_guessed: bool
+    fingerprints: dict[int, tuple[int, str]] = field(default_factory=dict)  # frame->(size, fp)
