@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -49,7 +50,7 @@ class Settings(BaseSettings):
     checkpoint_root: str | None = None  # default: tiny untrained models
     output_root: str | None = None  # default: home/outputs
     # Comma- or colon-separated; default: home and the current directory.
-    allowed_roots: list[str] = Field(default_factory=list)
+    allowed_roots: Annotated[list[str], NoDecode] = Field(default_factory=list)
     s3_endpoint_url: str | None = None
     local_workers: int = 2  # LocalCluster worker processes when no address is given
     chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker

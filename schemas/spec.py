@@ -27,24 +27,35 @@ class SpecError(ValueError):
 
 
 class TilingSpec(BaseModel):
+    """Tile size defaults to each model's native input (1024x768 for the released ones)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tile_height: int = Field(1024, ge=64, le=8192)
-    tile_width: int = Field(768, ge=64, le=8192)
+    tile_height: int | None = Field(None, ge=64, le=8192)
+    tile_width: int | None = Field(None, ge=64, le=8192)
     overlap: int = Field(128, ge=0, le=1024)
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> TilingSpec:
-        if self.overlap * 2 >= min(self.tile_height, self.tile_width):
+        if (self.tile_height is None) != (self.tile_width is None):
+            raise ValueError("give both tile_height and tile_width, or neither")
+        small = self.tile_height and self.tile_width
+        if small and self.overlap * 2 >= min(self.tile_height or 0, self.tile_width or 0):
             raise ValueError(
                 f"overlap {self.overlap} px is too large for {self.tile_width}x"
                 f"{self.tile_height} tiles (must be under half the shorter side)"
             )
         return self
 
-    @property
-    def tile_hw(self) -> tuple[int, int]:
-        return self.tile_height, self.tile_width
+    def tile_hw(self, native: tuple[int, int]) -> tuple[int, int]:
+        """The tile (h, w): as configured, else the model's native input size."""
+        if self.tile_height and self.tile_width:
+            return self.tile_height, self.tile_width
+        return native
+
+    def overlap_for(self, tile_hw: tuple[int, int]) -> int:
+        """The overlap, shrunk for small tiles so it stays under half the shorter side."""
+        return min(self.overlap, min(tile_hw) // 4)
 
 
 class ShotSpec(BaseModel):

@@ -1,0 +1,75 @@
+"""Shot-level files, made once every chunk is in: the pose JSON (from per-frame fragments),
+a contact sheet and a review clip per pass (from the per-frame previews). Runs as one Dask
+task on any worker: it reads small previews and JSON fragments, never full frames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sapiens.keypoints import KEYPOINT_NAMES, SKELETON
+from storage.pose_json import assemble_pose_json
+from storage.previews import read_image, write_contact_sheet
+from storage.review_clip import write_review_clip
+from storage.uri import filesystem_for
+from tasks.layout import ShotLayout
+
+
+@dataclass(frozen=True)
+class FinalizeJob:
+    layout: ShotLayout
+    frames: tuple[int, ...]  # frames with outputs (done now or before)
+    passes: tuple[str, ...]
+    image_size: tuple[int, int]  # (width, height) of the data window
+    data_window: tuple[int, int, int, int]
+    pixel_aspect: float = 1.0
+    provenance: dict[str, str] = field(default_factory=dict)
+    previews: bool = True
+    review_clips: bool = True
+    fps: float = 24.0
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+def finalize_shot(job: FinalizeJob) -> dict[str, str]:
+    """Write the shot-level files; returns what was written, by name."""
+    options = job.storage_options or None
+    written: dict[str, str] = {}
+    if "pose" in job.passes:
+        result = assemble_pose_json(
+            job.layout.pose_json,
+            job.layout.pose_fragments,
+            job.frames,
+            keypoint_names=KEYPOINT_NAMES,
+            skeleton=SKELETON,
+            image_size=job.image_size,
+            data_window=job.data_window,
+            provenance=job.provenance,
+            storage_options=options,
+        )
+        written["pose_json"] = result.uri
+    if not job.previews:
+        return written
+    for name in job.passes:
+        previews = [(f, job.layout.preview(name, f)) for f in job.frames]
+        previews = [(f, uri) for f, uri in previews if _exists(uri, options)]
+        if not previews:
+            continue
+        sheet = write_contact_sheet(
+            job.layout.contact_sheet(name), previews, storage_options=options
+        )
+        written[f"contact_sheet_{name}"] = sheet.uri
+        if job.review_clips:
+            clip = write_review_clip(
+                job.layout.review_clip(name),
+                ((f, read_image(uri, options)) for f, uri in previews),
+                fps=job.fps,
+                label=f"{job.layout.name} {name}",
+                storage_options=options,
+            )
+            written[f"review_clip_{name}"] = clip.uri
+    return written
+
+
+def _exists(uri: str, options: dict[str, Any] | None) -> bool:
+    fs, path = filesystem_for(uri, options)
+    return bool(fs.exists(path))

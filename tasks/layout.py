@@ -1,0 +1,61 @@
+"""Where a shot's outputs live: ``<root>/<show>/<seq>/<shot>/sapiens2_<version>/...``.
+
+    <name>.<frame>.exr                 multi-part EXR per frame (every pass asked for)
+    <name>.zarr                        Zarr v3 group for the whole shot
+    <name>_pose.json                   pose of the shot, readable without the platform
+    previews/<pass>/<name>_<pass>.<frame>.jpg, previews/<name>_<pass>_contact.jpg
+    review/<name>_<pass>.mp4           review clip per pass, frame numbers burnt in
+
+with ``<name> = <shot>_sapiens2_<version>``; frame numbers padded like the plate (>= 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ShotLayout:
+    root: str
+    name: str
+    padding: int = 4
+
+    @classmethod
+    def for_shot(
+        cls, output_root: str, show: str, sequence: str, shot: str, version: str, padding: int = 4
+    ) -> ShotLayout:
+        root = f"{output_root.rstrip('/')}/{show}/{sequence}/{shot}/sapiens2_{version}"
+        return cls(root=root, name=f"{shot}_sapiens2_{version}", padding=max(4, padding))
+
+    def _frame(self, frame: int) -> str:
+        sign = "-" if frame < 0 else ""
+        return f"{sign}{abs(frame):0{self.padding}d}"
+
+    def exr(self, frame: int) -> str:
+        return f"{self.root}/{self.name}.{self._frame(frame)}.exr"
+
+    @property
+    def exr_pattern(self) -> str:
+        """The EXR sequence as Nuke reads it (``%04d`` style)."""
+        return f"{self.root}/{self.name}.%0{self.padding}d.exr"
+
+    @property
+    def zarr(self) -> str:
+        return f"{self.root}/{self.name}.zarr"
+
+    @property
+    def pose_json(self) -> str:
+        return f"{self.root}/{self.name}_pose.json"
+
+    @property
+    def pose_fragments(self) -> str:
+        return f"{self.root}/.pose_frames"
+
+    def preview(self, pass_name: str, frame: int) -> str:
+        return f"{self.root}/previews/{pass_name}/{self.name}_{pass_name}.{self._frame(frame)}.jpg"
+
+    def contact_sheet(self, pass_name: str) -> str:
+        return f"{self.root}/previews/{self.name}_{pass_name}_contact.jpg"
+
+    def review_clip(self, pass_name: str) -> str:
+        return f"{self.root}/review/{self.name}_{pass_name}.mp4"

@@ -1,0 +1,87 @@
+"""Models stay resident in each worker process: loaded once, keyed by checkpoint sha256.
+
+A module-level cache in an importable module (stack-notes.md section 3.1): every chunk a
+worker runs after the first finds its models already on the device.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+
+import torch
+
+from sapiens.loading import load_model
+from sapiens.predictor import PASS_TASKS, Predictor
+from tasks.checkpoints import CheckpointRef
+
+_LOCK = threading.Lock()
+_MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
+_PREDICTORS: dict[tuple, Predictor] = {}
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def pick_device() -> torch.device:
+    """The worker's accelerator: CUDA device 0 (dask-cuda gives each worker its own GPU as
+    device 0), else the CPU. ``SVFX_DEVICE`` overrides."""
+    explicit = os.environ.get("SVFX_DEVICE")
+    if explicit:
+        return torch.device(explicit)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(precision: str, device: torch.device) -> torch.dtype:
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return PRECISIONS[precision]
+
+
+def get_predictor(
+    checkpoints: Mapping[str, CheckpointRef],
+    *,
+    precision: str = "auto",
+    batch_size: int = 4,
+) -> tuple[Predictor, float]:
+    """The predictor for these pass -> checkpoint choices, and the seconds spent loading now
+    (0 when every model was already resident)."""
+    _limit_threads()
+    device = pick_device()
+    dtype = pick_dtype(precision, device)
+    key = (
+        tuple(sorted((name, ref.sha256) for name, ref in checkpoints.items())),
+        str(device),
+        str(dtype),
+        batch_size,
+    )
+    with _LOCK:
+        cached = _PREDICTORS.get(key)
+        if cached is not None:
+            return cached, 0.0
+        start = time.perf_counter()
+        models = {}
+        for name, ref in checkpoints.items():
+            model_key = (ref.sha256, str(device), str(dtype))
+            if model_key not in _MODELS:
+                _MODELS[model_key] = load_model(
+                    ref.path, device, dtype, sha256=ref.sha256, expect_task=PASS_TASKS[name]
+                )
+            models[name] = _MODELS[model_key]
+        predictor = Predictor(models, device=device, dtype=dtype, batch_size=batch_size)
+        _PREDICTORS[key] = predictor
+        return predictor, time.perf_counter() - start
+
+
+def _limit_threads() -> None:
+    """CPU workers share the machine: take the thread count the cluster set for us."""
+    threads = os.environ.get("SVFX_TORCH_THREADS")
+    if threads and torch.get_num_threads() != int(threads):
+        torch.set_num_threads(int(threads))
+
+
+def resident_models() -> list[str]:
+    """sha256 prefixes of the models resident in this process (for tests and status)."""
+    with _LOCK:
+        return sorted({sha[:12] for sha, _device, _dtype in _MODELS})
