@@ -282,7 +282,7 @@ def catalog_shots(
     if as_json:
         _print_json(rows)
         return
-    _table(rows, ["show", "sequence", "shot", "frames", "coverage", "status"])
+    _table(rows, ["show", "sequence", "shot", "plate_frames", "passes", "job_status"])
 
 
 @catalog_app.command("outputs")

@@ -134,12 +134,15 @@ def plan_shot(spec: ShotSpec, settings: Settings, catalog: Any | None = None) ->
 
 
 def decide_work(plan: ShotPlan, catalog: Any) -> None:
-    """Fill `plan.todo` / `plan.skipped`: a frame is skipped when the catalog has an EXR output
-    of every pass asked for with this frame's cache key, the plate frame's fingerprint is the
-    one its checksum was recorded with, and the EXR file is still there."""
+    """Fill `plan.todo` / `plan.skipped`. A frame is skipped when the catalog has an output of
+    every pass asked for (EXR; pose: its JSON record) with this frame's cache key, the plate
+    frame's fingerprint is the one its checksum was recorded with, and the EXR is still there."""
     spec = plan.spec
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
-    existing = catalog.existing_outputs(spec.show, spec.sequence, spec.shot, kind="exr")
+    where = (spec.show, spec.sequence, spec.shot)
+    existing = catalog.existing_outputs(*where, kind="exr")
+    if "pose" in spec.passes:  # pose has no EXR part: its per-frame record is the JSON
+        existing.update(catalog.existing_outputs(*where, kind="pose_json"))
     on_disk = _existing_files(plan.layout.root, plan.storage_options)
     plan.todo, plan.skipped = [], []
     for frame in plan.sequence.frames:

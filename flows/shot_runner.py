@@ -107,11 +107,14 @@ def run_planned_shot(
             previews=plan.spec.previews,
             review_clips=plan.spec.review_clips,
             fps=plan.fps,
+            only_missing=not result.done,
             storage_options=plan.storage_options,
         )
         try:
-            future = client.submit(finalize_shot, finalize, pure=False)
-            result.extras = future.result()
+            if result.done:  # new previews to read: on a worker, not in the flow
+                result.extras = client.submit(finalize_shot, finalize, pure=False).result()
+            else:  # only checks that the files exist
+                result.extras = finalize_shot(finalize)
         except Exception as exc:  # the frames are safe; say what is missing
             log.error("shot-level files (pose JSON, contact sheets, clips) failed: %s", exc)
             result.extras = {"error": f"{type(exc).__name__}: {exc}"}

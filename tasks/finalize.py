@@ -28,13 +28,16 @@ class FinalizeJob:
     review_clips: bool = True
     fps: float = 24.0
     storage_options: dict[str, Any] = field(default_factory=dict)
+    only_missing: bool = False  # nothing new was made: keep the files that exist
 
 
 def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     """Write the shot-level files; returns what was written, by name."""
     options = job.storage_options or None
     written: dict[str, str] = {}
-    if "pose" in job.passes:
+    if "pose" in job.passes and job.only_missing and _exists(job.layout.pose_json, options):
+        written["pose_json"] = job.layout.pose_json
+    elif "pose" in job.passes:
         result = assemble_pose_json(
             job.layout.pose_json,
             job.layout.pose_fragments,

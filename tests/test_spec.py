@@ -73,7 +73,8 @@ def test_cache_key_changes_with_plate_checkpoint_and_settings():
 
 
 def test_settings_from_env_and_toml(tmp_path, monkeypatch):
-    (tmp_path / "svfx.toml").write_text('catalog_url = "sqlite:///from-toml.db"\nlocal_workers = 3\n')
+    toml = 'catalog_url = "sqlite:///from-toml.db"\nlocal_workers = 3\n'
+    (tmp_path / "svfx.toml").write_text(toml)
     monkeypatch.setenv("SVFX_CONFIG", str(tmp_path / "svfx.toml"))
     monkeypatch.setenv("SVFX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SVFX_LOCAL_WORKERS", "5")  # the environment wins over the file

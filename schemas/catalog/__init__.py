@@ -1,0 +1,9 @@
+"""The platform's catalog: shots, plates, jobs, outputs, checkpoints and provenance.
+
+``open_catalog(url)`` gives the writer (``Catalog``); ``queries`` holds the read functions.
+"""
+
+from schemas.catalog.catalog import Catalog
+from schemas.catalog.db import make_engine, migrate, open_catalog
+
+__all__ = ["Catalog", "make_engine", "migrate", "open_catalog"]

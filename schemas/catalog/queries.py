@@ -1,0 +1,410 @@
+"""Read-only questions to the catalog, answered as JSON-friendly lists of dicts.
+
+Every function takes an Engine, Connection or Session first, then filters; filters travel as
+bound parameters only. Timestamps are ISO 8601 strings in UTC. Lists that can grow long take
+``limit`` and ``offset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Select, distinct, func, or_, select
+from sqlalchemy.orm import Session
+
+from schemas.catalog import models as m
+from schemas.catalog.db import READ_OPTION
+from schemas.catalog.uris import normalise_uri
+
+Bind = Engine | Connection | Session
+
+
+@contextmanager
+def reading(bind: Bind) -> Iterator[Connection | Session]:
+    """A connection for reads; an Engine's gets a deferred BEGIN on SQLite (see db.py)."""
+    if isinstance(bind, Engine):
+        with bind.connect() as connection:
+            connection.execution_options(**{READ_OPTION: True})
+            yield connection
+    else:
+        yield bind
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _page(stmt: Select[Any], limit: int, offset: int) -> Select[Any]:
+    if limit < 0 or offset < 0:
+        raise ValueError(f"limit and offset must not be negative (got {limit}, {offset})")
+    return stmt.limit(limit).offset(offset)
+
+
+def join_shot(stmt: Select[Any], shot_id: Any) -> Select[Any]:
+    """Join shot, sequence and show to ``stmt`` on its ``shot_id`` column."""
+    return (
+        stmt.join(m.Shot, m.Shot.id == shot_id)
+        .join(m.Sequence, m.Sequence.id == m.Shot.sequence_id)
+        .join(m.Show, m.Show.id == m.Sequence.show_id)
+    )
+
+
+def filter_shot(
+    stmt: Select[Any], show: str | None, sequence: str | None, shot: str | None
+) -> Select[Any]:
+    """Keep rows of the named show/sequence/shot (None: any); needs join_shot first."""
+    for column, value in ((m.Show.name, show), (m.Sequence.name, sequence), (m.Shot.name, shot)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return stmt
+
+
+def with_shot(
+    stmt: Select[Any],
+    shot_id: Any,
+    show: str | None = None,
+    sequence: str | None = None,
+    shot: str | None = None,
+) -> Select[Any]:
+    return filter_shot(join_shot(stmt, shot_id), show, sequence, shot)
+
+
+_SHOT_NAMES = (
+    m.Show.name.label("show"),
+    m.Sequence.name.label("sequence"),
+    m.Shot.name.label("shot"),
+)
+_OUTPUT_COLUMNS = (
+    m.Output.id,
+    *_SHOT_NAMES,
+    m.Output.job_id,
+    m.Output.pass_name,
+    m.Output.frame,
+    m.Output.kind,
+    m.Output.uri,
+    m.Output.part,
+    m.Output.sha256,
+    m.Output.size_bytes,
+    m.Output.shape,
+    m.Output.dtype,
+    m.Output.cache_key,
+    m.Output.plate_sha256,
+    m.Output.provenance_id,
+    m.Checkpoint.sha256.label("checkpoint_sha256"),
+    m.Output.created_at,
+)
+
+
+_CHECKPOINT_COLUMNS = (
+    m.Checkpoint.sha256,
+    m.Checkpoint.arch,
+    m.Checkpoint.task,
+    m.Checkpoint.path,
+    m.Checkpoint.trained,
+    m.Checkpoint.size_bytes,
+    m.Checkpoint.created_at,
+)
+
+
+def _outputs_select() -> Select[Any]:
+    stmt = (
+        select(*_OUTPUT_COLUMNS)
+        .select_from(m.Output)
+        .outerjoin(m.Checkpoint, m.Checkpoint.id == m.Output.checkpoint_id)
+    )
+    return join_shot(stmt, m.Output.shot_id)
+
+
+def _output_dict(row: Any) -> dict[str, Any]:
+    out = dict(row._mapping)
+    out.pop("provenance_id")
+    out["part"] = out["part"] or None
+    out["created_at"] = iso(out["created_at"])
+    return out
+
+
+def shot_coverage(
+    bind: Bind,
+    show: str | None = None,
+    sequence: str | None = None,
+    shot: str | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Per shot: the newest plate and its frame count, per pass the number of distinct frames
+    with an EXR output (pose: a pose record; any job, any version), and the newest job's id
+    and status."""
+    newest_plate = (
+        select(m.Plate.id)
+        .where(m.Plate.shot_id == m.Shot.id)
+        .order_by(m.Plate.updated_at.desc(), m.Plate.id.desc())
+        .limit(1)
+        .correlate(m.Shot)
+        .scalar_subquery()
+    )
+    newest_job = (
+        select(m.Job.id)
+        .where(m.Job.shot_id == m.Shot.id)
+        .order_by(m.Job.created_at.desc(), m.Job.id.desc())
+        .limit(1)
+        .correlate(m.Shot)
+        .scalar_subquery()
+    )
+    stmt = (
+        select(m.Shot.id, *_SHOT_NAMES, newest_plate.label("plate_id"), newest_job.label("job_id"))
+        .select_from(m.Shot)
+        .join(m.Sequence, m.Sequence.id == m.Shot.sequence_id)
+        .join(m.Show, m.Show.id == m.Sequence.show_id)
+        .order_by(m.Show.name, m.Sequence.name, m.Shot.name)
+    )
+    stmt = filter_shot(stmt, show, sequence, shot)
+    with reading(bind) as conn:
+        shots = conn.execute(_page(stmt, limit, offset)).all()
+        plate_ids = [r.plate_id for r in shots if r.plate_id is not None]
+        job_ids = [r.job_id for r in shots if r.job_id is not None]
+        shot_ids = [r.id for r in shots]
+        plates = {
+            r.id: (r.pattern, r.frames)
+            for r in conn.execute(
+                select(m.Plate.id, m.Plate.pattern, func.count(m.PlateFrame.id).label("frames"))
+                .outerjoin(m.PlateFrame, m.PlateFrame.plate_id == m.Plate.id)
+                .where(m.Plate.id.in_(plate_ids))
+                .group_by(m.Plate.id, m.Plate.pattern)
+            )
+        }
+        found = conn.execute(select(m.Job.id, m.Job.status).where(m.Job.id.in_(job_ids)))
+        statuses = {job_id: status for job_id, status in found}
+        passes: dict[int, dict[str, int]] = {}
+        counts = conn.execute(
+            select(m.Output.shot_id, m.Output.pass_name, func.count(distinct(m.Output.frame)))
+            .where(m.Output.shot_id.in_(shot_ids), m.Output.kind.in_(("exr", "pose_json")))
+            .group_by(m.Output.shot_id, m.Output.pass_name)
+        )
+        for shot_id, pass_name, frames in counts:
+            passes.setdefault(shot_id, {})[pass_name] = frames
+    result = []
+    for r in shots:
+        pattern, frames = plates.get(r.plate_id, (None, 0))
+        result.append(
+            {
+                "show": r.show,
+                "sequence": r.sequence,
+                "shot": r.shot,
+                "plate": pattern,
+                "plate_frames": frames,
+                "passes": dict(sorted(passes.get(r.id, {}).items())),
+                "job_id": r.job_id,
+                "job_status": statuses.get(r.job_id),
+            }
+        )
+    return result
+
+
+def shot_outputs(
+    bind: Bind,
+    show: str,
+    sequence: str,
+    shot: str,
+    pass_name: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """A shot's outputs, newest first."""
+    stmt = filter_shot(_outputs_select(), show, sequence, shot)
+    if pass_name is not None:
+        stmt = stmt.where(m.Output.pass_name == pass_name)
+    if kind is not None:
+        stmt = stmt.where(m.Output.kind == kind)
+    stmt = stmt.order_by(m.Output.created_at.desc(), m.Output.id.desc())
+    with reading(bind) as conn:
+        return [_output_dict(r) for r in conn.execute(_page(stmt, limit, offset))]
+
+
+def output_provenance(bind: Bind, path: str, frame: int | None = None) -> dict[str, Any] | None:
+    """Everything known about how the file at ``path`` was made, or None if the catalog does
+    not know the file (a plain miss is an answer, not an error).
+
+    ``path`` may be relative, absolute or ``file://``; it is normalised as the writer
+    normalised it. ``frame`` narrows a Zarr array (one URI for all frames) to one frame.
+    Keys: ``uri``, ``outputs`` (one per pass/part/frame, each with the sha256s of the
+    checkpoints it depends on and its provenance digest), ``checkpoints``, ``provenance``,
+    ``jobs`` and ``plate_frames`` (lists: usually one entry each).
+    """
+    uri = normalise_uri(path)
+    stmt = _outputs_select().where(m.Output.uri == uri)
+    if frame is not None:
+        stmt = stmt.where(m.Output.frame == frame)
+    stmt = stmt.order_by(m.Output.frame, m.Output.pass_name, m.Output.part)
+    with reading(bind) as conn:
+        rows = conn.execute(stmt).all()
+        if not rows:
+            return None
+        output_ids = [r.id for r in rows]
+        deps = conn.execute(
+            select(m.OutputCheckpoint.output_id, *_CHECKPOINT_COLUMNS)
+            .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
+            .where(m.OutputCheckpoint.output_id.in_(output_ids))
+            .order_by(m.Checkpoint.sha256)
+        ).all()
+        provenance = conn.execute(
+            select(m.Provenance.id, m.Provenance.digest, m.Provenance.data)
+            .where(m.Provenance.id.in_({r.provenance_id for r in rows}))
+            .order_by(m.Provenance.id)
+        ).all()
+        job_rows = conn.execute(_jobs_select().where(m.Job.id.in_({r.job_id for r in rows}))).all()
+        wanted = {(j.plate_id, r.frame) for j in job_rows for r in rows if r.job_id == j.id}
+        plate_rows = conn.execute(
+            select(
+                m.PlateFrame.plate_id,
+                m.PlateFrame.frame,
+                m.PlateFrame.uri,
+                m.PlateFrame.sha256,
+                m.PlateFrame.size_bytes,
+                m.PlateFrame.fingerprint,
+            )
+            .where(
+                m.PlateFrame.plate_id.in_({p for p, _ in wanted}),
+                m.PlateFrame.frame.in_({f for _, f in wanted}),
+            )
+            .order_by(m.PlateFrame.frame)
+        ).all()
+    checkpoints: dict[str, dict[str, Any]] = {}
+    by_output: dict[int, list[str]] = {}
+    for dep in deps:
+        ckpt = dict(dep._mapping)
+        ckpt["created_at"] = iso(ckpt["created_at"])
+        output_id = ckpt.pop("output_id")
+        checkpoints[ckpt["sha256"]] = ckpt
+        by_output.setdefault(output_id, []).append(ckpt["sha256"])
+    digests = {p.id: p.digest for p in provenance}
+    outputs = []
+    for r in rows:
+        out = _output_dict(r)
+        out["checkpoints"] = by_output.get(r.id, [])
+        out["provenance_digest"] = digests[r.provenance_id]
+        outputs.append(out)
+    return {
+        "uri": uri,
+        "outputs": outputs,
+        "checkpoints": list(checkpoints.values()),
+        "provenance": [{"digest": p.digest, "data": p.data} for p in provenance],
+        "jobs": [_job_dict(j) for j in job_rows],
+        "plate_frames": [
+            {
+                "frame": pf.frame,
+                "uri": pf.uri or None,
+                "sha256": pf.sha256,
+                "size_bytes": pf.size_bytes,
+                "fingerprint": pf.fingerprint,
+            }
+            for pf in plate_rows
+            if (pf.plate_id, pf.frame) in wanted
+        ],
+    }
+
+
+def _jobs_select() -> Select[Any]:
+    stmt = (
+        select(*m.Job.__table__.c, *_SHOT_NAMES, m.Plate.pattern.label("plate"))
+        .select_from(m.Job)
+        .join(m.Plate, m.Plate.id == m.Job.plate_id)
+    )
+    return join_shot(stmt, m.Job.shot_id)
+
+
+def _job_dict(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "show": row.show,
+        "sequence": row.sequence,
+        "shot": row.shot,
+        "plate": row.plate,
+        "status": row.status,
+        "submitter": row.submitter,
+        "flow_run_id": row.flow_run_id,
+        "created_at": iso(row.created_at),
+        "started_at": iso(row.started_at),
+        "finished_at": iso(row.finished_at),
+        "frames_total": row.frames_total,
+        "frames_done": row.frames_done,
+        "frames_failed": row.frames_failed,
+        "frames_skipped": row.frames_skipped,
+        "message": row.message,
+        "spec": row.spec,
+    }
+
+
+def jobs(
+    bind: Bind,
+    show: str | None = None,
+    sequence: str | None = None,
+    shot: str | None = None,
+    status: str | None = None,
+    job_id: int | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Jobs, newest first, each with its failed frames (``failed_frames``: frame, error)."""
+    stmt = filter_shot(_jobs_select(), show, sequence, shot)
+    if status is not None:
+        stmt = stmt.where(m.Job.status == status)
+    if job_id is not None:
+        stmt = stmt.where(m.Job.id == job_id)
+    stmt = stmt.order_by(m.Job.created_at.desc(), m.Job.id.desc())
+    with reading(bind) as conn:
+        rows = conn.execute(_page(stmt, limit, offset)).all()
+        failed = conn.execute(
+            select(m.JobFrame.job_id, m.JobFrame.frame, m.JobFrame.error)
+            .where(m.JobFrame.job_id.in_([r.id for r in rows]), m.JobFrame.status == "failed")
+            .order_by(m.JobFrame.job_id, m.JobFrame.frame)
+        ).all()
+    by_job: dict[int, list[dict[str, Any]]] = {}
+    for f in failed:
+        by_job.setdefault(f.job_id, []).append({"frame": f.frame, "error": f.error})
+    result = []
+    for r in rows:
+        job = _job_dict(r)
+        job["failed_frames"] = by_job.get(job["id"], [])
+        result.append(job)
+    return result
+
+
+def invalidated_by(
+    bind: Bind,
+    plate_sha256: str | None = None,
+    checkpoint_sha256: str | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Outputs made from a plate frame with this checksum, or with this checkpoint (directly or
+    as an input, e.g. seg for pose): what a re-pulled plate or a new checkpoint makes stale."""
+    if plate_sha256 is None and checkpoint_sha256 is None:
+        raise ValueError("invalidated_by needs plate_sha256 or checkpoint_sha256 (or both)")
+    conditions = []
+    if plate_sha256 is not None:
+        conditions.append(m.Output.plate_sha256 == plate_sha256)
+    if checkpoint_sha256 is not None:
+        made_with = (
+            select(m.OutputCheckpoint.output_id)
+            .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
+            .where(m.Checkpoint.sha256 == checkpoint_sha256)
+        )
+        conditions.append(m.Output.id.in_(made_with))
+    stmt = (
+        _outputs_select()
+        .where(or_(*conditions))
+        .order_by(
+            m.Show.name,
+            m.Sequence.name,
+            m.Shot.name,
+            m.Output.pass_name,
+            m.Output.frame,
+            m.Output.id,
+        )
+    )
+    with reading(bind) as conn:
+        return [_output_dict(r) for r in conn.execute(_page(stmt, limit, offset))]

@@ -1,0 +1,35 @@
+"""Small shots for the worker, flow and CLI tests: the demo plate at a small size, specs,
+settings under a temporary SVFX_HOME, and tiny untrained checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flows.demo import DEMO_COLORSPACE, write_demo_plate
+from schemas.settings import Settings
+
+SMALL = (320, 180)  # w, h: two tiny-model tiles across, one down
+
+
+def make_plate(directory: Path, frames: int = 4, size: tuple[int, int] = SMALL) -> str:
+    return write_demo_plate(directory, frames, *size)
+
+
+def spec_data(pattern: str, output_root: Path, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "plate": pattern,
+        "show": "demo",
+        "sequence": "sq010",
+        "shot": "sh010",
+        "colorspace": DEMO_COLORSPACE,
+        "output_root": str(output_root),
+        "chunk_frames": 4,
+        "review_clips": False,
+    }
+    data.update(extra)
+    return data
+
+
+def settings_for(home: Path, **extra: Any) -> Settings:
+    return Settings(home=home, allowed_roots=[str(home)], local_workers=2, **extra)

@@ -1,0 +1,171 @@
+"""End to end on a LocalCluster of two worker processes, tiny UNTRAINED models:
+
+- every pass of a 12-frame shot through the Prefect flow; outputs read back; catalog rows
+  consistent with the files;
+- the same spec again does no model work;
+- a corrupt frame gives `partial` with that frame named;
+- a worker killed with SIGKILL mid-shot still gives every frame exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import OpenEXR
+import pytest
+from distributed import Client, LocalCluster
+from sqlalchemy import func, select
+
+from schemas.catalog import open_catalog, queries
+from schemas.catalog.models import JobFrame, Output
+from storage.pose_json import read_pose_json
+from storage.zarr_store import open_shot_store
+from tests.shot_helpers import make_plate, settings_for, spec_data
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def prefect_api():
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
+        yield local, client
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.setenv("SVFX_ALLOWED_ROOTS", str(tmp_path))
+    monkeypatch.delenv("SVFX_CATALOG_URL", raising=False)
+    monkeypatch.delenv("SVFX_CHECKPOINT_ROOT", raising=False)
+    return tmp_path
+
+
+def _sha(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster):
+    from flows.process_shot import process_shot
+
+    local, _ = cluster
+    pattern = make_plate(home / "plates", frames=12)
+    spec = spec_data(pattern, home / "out", review_clips=True)
+    result = process_shot(spec, local.scheduler_address)
+
+    assert result["status"] == "complete", result["failed"]
+    assert sorted(result["done"]) == list(range(1001, 1013))
+    exrs = sorted(Path(result["output_root"]).glob("*.exr"))
+    assert len(exrs) == 12
+    with OpenEXR.File(str(exrs[5])) as f:
+        assert [p.name() for p in f.parts] == ["N", "P", "albedo", "matte", "CryptoBodyPart", "seg"]
+        assert f.parts[1].channels["depth.Z"].pixels.dtype == np.float32
+    store = open_shot_store(result["zarr"])
+    assert list(store["frame"][:]) == list(range(1001, 1013))
+    assert not np.isnan(store["normal"][:].astype(np.float32)).any()  # every frame written
+    pose = read_pose_json(result["extras"]["pose_json"])
+    assert len(pose["frames"]) == 12
+    assert Path(result["extras"]["contact_sheet_normal"]).is_file()
+    assert Path(result["extras"]["review_clip_seg"]).is_file()
+
+    catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
+    outputs = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=500)
+    by_file = {}
+    for row in outputs:
+        by_file.setdefault(row["uri"], set()).add(row["sha256"])
+    assert len(by_file) == 12
+    for uri, shas in by_file.items():  # the catalog's checksum is the file's
+        assert shas == {_sha(uri)}
+    coverage = queries.shot_coverage(catalog.engine, show="demo")
+    assert coverage[0]["passes"] == {
+        p: 12 for p in ("albedo", "matte", "normal", "pointmap", "pose", "seg")
+    }
+    provenance = queries.output_provenance(catalog.engine, str(exrs[0]))
+    assert provenance is not None
+
+    again = process_shot(spec, local.scheduler_address)
+    assert again["status"] == "complete"
+    assert again["done"] == [] and len(again["skipped"]) == 12
+    assert again["chunks"] == 0 and again["model_s"] == 0  # no model work at all
+    assert {_sha(str(p)) for p in exrs} == {next(iter(by_file[str(p)])) for p in exrs}
+
+
+def test_a_corrupt_frame_gives_partial_with_that_frame_named(home, prefect_api, cluster):
+    from flows.process_shot import process_shot
+
+    local, _ = cluster
+    pattern = make_plate(home / "plates", frames=6)
+    bad = home / "plates" / "astronaut.1004.exr"
+    bad.write_bytes(bad.read_bytes()[:500])
+    result = process_shot(
+        spec_data(pattern, home / "out", passes="normal,seg"), local.scheduler_address
+    )
+    assert result["status"] == "partial"
+    assert list(result["failed"]) == [1004]
+    assert "astronaut.1004.exr" in result["failed"][1004]
+    assert len(result["done"]) == 5
+    catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
+    job = queries.jobs(catalog.engine, job_id=result["job_id"])[0]
+    assert job["status"] == "partial"
+    assert [f["frame"] for f in job["failed_frames"]] == [1004]
+
+
+def test_a_worker_killed_mid_shot_still_gives_every_frame_once(home, cluster):
+    from flows.planning import plan_shot
+    from flows.shot_runner import run_planned_shot
+    from schemas.spec import parse_spec
+
+    _, client = cluster
+    settings = settings_for(home)
+    pattern = make_plate(home / "plates", frames=12)
+    spec = parse_spec(spec_data(pattern, home / "out", passes="normal,matte", chunk_frames=2))
+    catalog = open_catalog(settings.catalog)
+    killed = threading.Event()
+
+    def kill_a_busy_worker(_summary) -> None:
+        if killed.is_set():
+            return
+        processing = client.processing()
+        busy = [address for address, keys in processing.items() if keys]
+        if busy:
+            pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
+            os.kill(pid, signal.SIGKILL)
+            killed.set()
+
+    plan = plan_shot(spec, settings)
+    result = run_planned_shot(plan, catalog, client, window=4, on_chunk=kill_a_busy_worker)
+    assert killed.is_set()
+    assert result.status == "complete", result.failed
+    assert sorted(result.done) == list(range(1001, 1013))
+    with catalog.engine.connect() as conn:
+        per_frame = conn.execute(
+            select(Output.frame, Output.pass_name, func.count())
+            .where(Output.kind == "exr")
+            .group_by(Output.frame, Output.pass_name)
+        ).all()
+        job_frames = conn.execute(
+            select(func.count()).where(JobFrame.job_id == result.job_id)
+        ).scalar_one()
+    assert len(per_frame) == 24 and {n for *_, n in per_frame} == {1}
+    assert job_frames == 12
+    store = open_shot_store(result.zarr)
+    assert not np.isnan(store["matte"][:].astype(np.float32)).any()
+    client.wait_for_workers(2, timeout=60)  # the nanny brought the worker back
