@@ -29,10 +29,10 @@ format: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# A sample shot (scikit-image's astronaut) through every pass on the embedded default:
+# ephemeral Prefect, a LocalCluster, SQLite and local disk under SVFX_HOME (default ~/.svfx).
 demo: venv
-	@echo "make demo: the end-to-end demo (svfx demo) arrives with the flow issue (#4)."
-	@echo "Until then, this runs the model library on a tiny untrained model:"
-	$(PY) -m bench.model --sizes tiny --resolutions 256x192 --repeats 1
+	$(VENV)/bin/svfx demo
 
 bench: venv
 	$(PY) -m bench.model

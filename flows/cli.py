@@ -8,6 +8,7 @@ Exit codes: 0 complete / ok, 1 partial, 2 failed or invalid input.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from schemas.settings import Settings, load_settings
@@ -39,11 +41,16 @@ def _settings() -> Settings:
     # Prefect keeps its own state under our data dir unless told otherwise.
     os.environ.setdefault("PREFECT_HOME", str(settings.home / "prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Dask's INFO chatter (nannies starting and closing) would bury the progress bar.
+    for name in ("distributed", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     return settings
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # escape: "[...]" in a message is text, not markup; soft_wrap: never fold a path across
+    # lines when stderr is a pipe or a farm log
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -56,7 +63,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> N
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        table.add_row(*(escape(_cell(row.get(c))) for c in columns))
     console.print(table)
 
 
@@ -199,7 +206,7 @@ def _print_result(result: dict[str, Any]) -> None:
     colour = {"complete": "green", "partial": "yellow"}.get(result["status"], "red")
     table = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
     table.add_column("")
-    table.add_column("")
+    table.add_column("", overflow="fold")
     table.add_row("frames", str(result["total"]))
     table.add_row("done now", str(len(result["done"])))
     table.add_row("already done", str(len(result["skipped"])))
@@ -210,7 +217,7 @@ def _print_result(result: dict[str, Any]) -> None:
         table.add_row(name.replace("_", " "), uri)
     console.print(table)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
-        err.print(f"[red]frame {frame}[/]: {why}", highlight=False)
+        err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
     if result.get("untrained"):
         err.print(f"[bold yellow]UNTRAINED weights for {', '.join(result['untrained'])}[/]")
 
@@ -265,7 +272,12 @@ def _show_jobs(rows: list[dict[str, Any]], as_json: bool) -> None:
     _table(view, columns)
     for row in rows:
         for failure in row.get("failed_frames", [])[:20]:
-            err.print(f"job {row['id']} frame {failure['frame']}: {failure['error']}")
+            err.print(
+                f"job {row['id']} frame {failure['frame']}: {failure['error']}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @catalog_app.command("shots")

@@ -8,6 +8,7 @@ the cores so the workers do not fight over them.
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from typing import Any
@@ -55,6 +56,7 @@ def start_local_cluster(
         dashboard_address=dashboard_address,
         resources={"GPU": 1} if gpus else None,
         env=env,
+        silence_logs=logging.WARNING,
     )
     return cluster
 

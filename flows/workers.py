@@ -1,23 +1,37 @@
 """`svfx worker`: GPU workers for an existing scheduler. One `dask worker` process per GPU,
 each seeing only its GPU (``CUDA_VISIBLE_DEVICES``) and declaring ``GPU=1``, one thread, so
 two chunks never share a CUDA context. With no GPU (``--gpus 0``) one CPU worker without the
-GPU resource. The processes are plain `dask worker` (nanny-managed: restarted if they die)."""
+GPU resource. The processes are plain `dask worker` (nanny-managed: restarted if they die);
+SIGINT and SIGTERM (docker stop, Kubernetes, Slurm) are passed on and waited for."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+from types import FrameType
 
 from .cluster import local_gpu_count
+
+
+def visible_gpus(gpus: str) -> list[str]:
+    """The GPU ids to give one worker each, honouring a CUDA_VISIBLE_DEVICES already set
+    (Slurm without device cgroups, or a user picking GPUs)."""
+    already = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    already = [d for d in already if d]
+    count = (len(already) or local_gpu_count()) if gpus == "auto" else int(gpus)
+    pool = already or [str(i) for i in range(count)]
+    if count > len(pool):
+        raise ValueError(f"asked for {count} GPU workers but only {len(pool)} GPUs are visible")
+    return pool[:count]
 
 
 def worker_commands(
     address: str, gpus: str, *, nthreads: int = 1, memory_limit: str = "auto"
 ) -> list[tuple[list[str], dict[str, str]]]:
     """The command and extra environment of each worker process to start."""
-    count = local_gpu_count() if gpus == "auto" else int(gpus)
     base = [
         sys.executable,
         "-m",
@@ -28,26 +42,29 @@ def worker_commands(
         "--memory-limit",
         memory_limit,
     ]
-    if count == 0:
-        return [([*base, "--name", f"cpu-{os.getpid()}"], {})]
+    # unique per host and launch (two Slurm jobs on one node must not clash)
+    tag = f"{socket.gethostname()}-{os.environ.get('SLURM_JOB_ID') or os.getpid()}"
+    devices = visible_gpus(gpus)
+    if not devices:
+        return [([*base, "--name", f"cpu-{tag}"], {})]
     return [
         (
-            [*base, "--resources", "GPU=1", "--name", f"gpu{i}-{os.uname().nodename}"],
-            {"CUDA_VISIBLE_DEVICES": str(i)},
+            [*base, "--resources", "GPU=1", "--name", f"gpu{device}-{tag}"],
+            {"CUDA_VISIBLE_DEVICES": device},
         )
-        for i in range(count)
+        for device in devices
     ]
 
 
 def run_workers(address: str, gpus: str, *, nthreads: int = 1, memory_limit: str = "auto") -> int:
-    procs = [
-        subprocess.Popen(cmd, env={**os.environ, **env})
-        for cmd, env in worker_commands(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
-    ]
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        codes = [p.wait() for p in procs]
-    return max(codes, default=0)
+    commands = worker_commands(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
+    procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in commands]
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max((proc.wait() for proc in procs), default=0)
