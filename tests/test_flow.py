@@ -169,3 +169,34 @@ def test_a_worker_killed_mid_shot_still_gives_every_frame_once(home, cluster):
     store = open_shot_store(result.zarr)
     assert not np.isnan(store["matte"][:].astype(np.float32)).any()
     client.wait_for_workers(2, timeout=60)  # the nanny brought the worker back
+
+
+class _FlowDied(Exception):
+    pass
+
+
+def test_a_flow_killed_mid_shot_redoes_only_the_missing_frames(home, cluster):
+    from flows.planning import plan_shot
+    from flows.shot_runner import run_planned_shot
+    from schemas.spec import parse_spec
+
+    _, client = cluster
+    settings = settings_for(home)
+    pattern = make_plate(home / "plates", frames=8)
+    spec = parse_spec(spec_data(pattern, home / "out", passes="matte", chunk_frames=2))
+    catalog = open_catalog(settings.catalog)
+    recorded: list[int] = []
+
+    def die_after_two_chunks(summary) -> None:
+        recorded.extend(f.frame for f in summary.frames)
+        if len(recorded) >= 4:
+            raise _FlowDied  # the flow process goes away with chunks still in flight
+
+    with pytest.raises(_FlowDied):
+        run_planned_shot(
+            plan_shot(spec, settings), catalog, client, window=2, on_chunk=die_after_two_chunks
+        )
+    resumed = run_planned_shot(plan_shot(spec, settings), catalog, client)
+    assert resumed.status == "complete"
+    assert sorted(resumed.skipped) == sorted(recorded)
+    assert sorted(resumed.done) == sorted(set(range(1001, 1009)) - set(recorded))
