@@ -387,7 +387,7 @@ def test_shot_coverage(catalog: Catalog, tmp_path: Path) -> None:
     (first,) = queries.shot_coverage(catalog.engine, shot="sh0010")
     assert first["plate"] == plate2.plate
     assert (first["plate_frames"], first["job_status"]) == (10, "running")
-    assert first["passes"] == {"normal": 4, "seg": 4}
+    assert first["passes"] == {"normal": 4, "pose": 4, "seg": 4}
     assert len(queries.shot_coverage(catalog.engine, limit=1, offset=1)) == 1
 
 
