@@ -466,7 +466,11 @@ def worker(
     from .workers import run_workers
 
     _settings()
-    raise typer.Exit(run_workers(address, gpus, nthreads=nthreads, memory_limit=memory_limit))
+    try:
+        code = run_workers(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
+    except ValueError as exc:  # --gpus asks for more GPUs than there are, or is not a count
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
 
 
 # -- demo -----------------------------------------------------------------------------------

@@ -19,10 +19,15 @@ from .cluster import local_gpu_count
 def visible_gpus(gpus: str) -> list[str]:
     """The GPU ids to give one worker each, honouring a CUDA_VISIBLE_DEVICES already set
     (Slurm without device cgroups, or a user picking GPUs)."""
+    if gpus != "auto" and not gpus.isdigit():
+        raise ValueError(f"--gpus takes auto, a count, or 0 for one CPU worker; got {gpus!r}")
+    if gpus != "auto" and int(gpus) == 0:
+        return []  # one CPU worker: no need to look for GPUs
     already = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
     already = [d for d in already if d]
-    count = (len(already) or local_gpu_count()) if gpus == "auto" else int(gpus)
-    pool = already or [str(i) for i in range(count)]
+    # the GPUs that exist, not as many ids as asked for: a worker declaring GPU=1 must have one
+    pool = already or [str(i) for i in range(local_gpu_count())]
+    count = len(pool) if gpus == "auto" else int(gpus)
     if count > len(pool):
         raise ValueError(f"asked for {count} GPU workers but only {len(pool)} GPUs are visible")
     return pool[:count]
@@ -58,13 +63,19 @@ def worker_commands(
 
 def run_workers(address: str, gpus: str, *, nthreads: int = 1, memory_limit: str = "auto") -> int:
     commands = worker_commands(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
-    procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in commands]
+    # Each worker in its own process group: a Ctrl-C in the terminal then reaches them once,
+    # through `forward`. A second SIGINT makes `dask worker` abort instead of closing cleanly.
+    procs = [
+        subprocess.Popen(cmd, env={**os.environ, **env}, process_group=0) for cmd, env in commands
+    ]
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        # SIGHUP (the terminal closed) no longer reaches the workers' groups: close them
+        sent = signal.SIGTERM if signum == signal.SIGHUP else signum
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signum)
+                proc.send_signal(sent)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
     return max((proc.wait() for proc in procs), default=0)

@@ -198,10 +198,9 @@ class _ChunkRunner:
                         group.append(item)
                     if len(group) >= FRAMES_PER_BATCH:
                         break
-                    try:
-                        item = frames.get_nowait()
-                    except queue.Empty:
-                        break
+                    # wait for the next frame rather than taking what is ready: groups (and
+                    # so model batches) are then the same on every run, and so are the bytes
+                    item = frames.get()
                 if not group:
                     continue
                 for result in self._infer_group(group, done):
@@ -286,19 +285,25 @@ class _ChunkRunner:
             tile_hw = self.spec.tiling.tile_hw(self.predictor.infos[name].input_hw)
             overlap = self.spec.tiling.overlap_for(tile_hw)
             plan = plan_frame(height, width, name, tile_hw, overlap)
-            tiles = np.concatenate([extract_tiles(p.rgb, plan) for p in group])
-            values = self._predict(tiles, name)[name]
-            per_frame = len(plan.tiles)
-            for i, result in enumerate(results):
-                blender = FrameBlender.for_plan(plan, CHANNELS[name])
-                focal = result.focal or default_focal(height, width)
-                for tile, tile_values in zip(
-                    plan.tiles, values[i * per_frame : (i + 1) * per_frame], strict=True
-                ):
+            blenders = [FrameBlender.for_plan(plan, CHANNELS[name]) for _ in group]
+            # (frame, tile) pairs across the group, one model batch at a time: tiles of
+            # several frames share a batch, and only one batch of outputs is held at once
+            work = [(i, t) for i in range(len(group)) for t in range(len(plan.tiles))]
+            for start in range(0, len(work), self.spec.batch_size):
+                batch = work[start : start + self.spec.batch_size]
+                tiles = np.concatenate([extract_tiles(group[i].rgb, plan, [t]) for i, t in batch])
+                values = self._predict(tiles, name)[name]
+                del tiles
+                for (i, t), tile_values in zip(batch, values, strict=True):
+                    tile = plan.tiles[t]
                     if name == "normal":
-                        rotation = tile_rotation(tile, (height, width), focal)
-                        tile_values = rotate_normals(tile_values, rotation)
-                    blender.add(tile, tile_values)
+                        focal = results[i].focal or default_focal(height, width)
+                        tile_values = rotate_normals(
+                            tile_values, tile_rotation(tile, (height, width), focal)
+                        )
+                    blenders[i].add(tile, tile_values)
+                del values
+            for result, blender in zip(results, blenders, strict=True):
                 blended = blender.result()
                 result.passes[name] = normalize_vectors(blended) if name == "normal" else blended
         if "pose" in wanted:
