@@ -21,7 +21,7 @@ from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
 from storage.readers import read_frame
 from storage.sequences import PlateSequence, discover_sequence
-from storage.uri import default_storage_options, filesystem_for
+from storage.uri import filesystem_for
 from storage.zarr_store import create_shot_store, frames_by_shard
 from tasks import platform_version
 from tasks.checkpoints import CheckpointRef, choose_checkpoints
@@ -43,7 +43,6 @@ class ShotPlan:
     storage_options: dict[str, Any]
     todo: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
-    unreadable_header: dict[int, str] = field(default_factory=dict)
     fps: float = 24.0  # the plate's framesPerSecond, for review clips
 
     @property
@@ -83,16 +82,14 @@ class ShotPlan:
         return jobs
 
 
-def plan_shot(spec: ShotSpec, settings: Settings, catalog: Any | None = None) -> ShotPlan:
+def plan_shot(spec: ShotSpec, settings: Settings) -> ShotPlan:
     """Everything up to dispatch except registering the job (see `decide_work`)."""
     output_root = spec.output_root or settings.outputs
     problems = check_paths(spec, settings.roots, output_root)
     if problems:
         raise SpecError("\n".join(problems))
-    options = settings.storage_options if spec.plate.startswith("s3://") else {}
-    options = options or default_storage_options(spec.plate)
-    sequence = discover_sequence(spec.plate, spec.frames, options)
-    header, unreadable = _first_readable(sequence, options)
+    sequence = discover_sequence(spec.plate, spec.frames, settings.storage_options_for(spec.plate))
+    header = _first_readable(sequence)
     colorspace, guessed, note = _colourspace(spec, header)
     checkpoints = choose_checkpoints(
         spec.model_passes,
@@ -117,9 +114,6 @@ def plan_shot(spec: ShotSpec, settings: Settings, catalog: Any | None = None) ->
     layout = ShotLayout.for_shot(
         output_root, spec.show, spec.sequence, spec.shot, spec.version, sequence.padding
     )
-    out_options = default_storage_options(output_root)
-    if output_root.startswith("s3://"):
-        out_options = settings.storage_options or out_options
     return ShotPlan(
         spec=spec,
         sequence=sequence,
@@ -127,8 +121,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, catalog: Any | None = None) ->
         layout=layout,
         checkpoints=checkpoints,
         colour_note=note,
-        storage_options=out_options,
-        unreadable_header=unreadable,
+        storage_options=settings.storage_options_for(output_root),
         fps=_fps(header),
     )
 
@@ -192,19 +185,17 @@ def store_provenance(plan: ShotPlan, job_id: int, flow_run_id: str | None) -> di
     return prov
 
 
-def _first_readable(
-    sequence: PlateSequence, options: dict[str, Any]
-) -> tuple[Frame, dict[int, str]]:
-    """The first frame that reads, for resolution and windows; the errors of those before."""
-    errors: dict[int, str] = {}
-    for frame in sequence.frames:
+def _first_readable(sequence: PlateSequence) -> Frame:
+    """The first frame that reads, for resolution and windows. Frames that do not read are
+    left to the workers, which record each one's reason."""
+    errors: list[str] = []
+    for frame in sequence.frames[:5]:
         try:
-            return read_frame(sequence.uri_for(frame), frame, storage_options=options), errors
+            uri = sequence.uri_for(frame)
+            return read_frame(uri, frame, storage_options=sequence.storage_options)
         except FrameError as exc:
-            errors[frame] = str(exc)
-            if len(errors) >= 5:
-                break
-    lines = "\n  ".join(errors.values())
+            errors.append(str(exc))
+    lines = "\n  ".join(errors)
     raise SpecError(f"no readable frame among the first frames of {sequence.pattern}:\n  {lines}")
 
 

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger("svfx.progress")
 
@@ -20,7 +20,6 @@ class Progress:
     failed: int = 0
     skipped: int = 0
     message: str = ""
-    failures: dict[int, str] = field(default_factory=dict)
 
     @property
     def left(self) -> int:

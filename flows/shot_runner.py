@@ -86,8 +86,9 @@ def run_planned_shot(
     _emit(result, "planned", f"{len(plan.todo)} to do, {len(plan.skipped)} already done")
 
     jobs = plan.chunk_jobs(provenance)
-    resources = {"GPU": 1} if gpu_slots(client) else None
-    slots = gpu_slots(client) or worker_count(client) or 1
+    gpus = gpu_slots(client)
+    resources = {"GPU": 1} if gpus else None
+    slots = gpus or worker_count(client) or 1
     window = window or 2 * slots
     for summary in dispatch(client, jobs, window=window, resources=resources):
         _record(catalog, job_id, summary, result)
@@ -192,11 +193,10 @@ def _record(catalog: Any, job_id: int, summary: ChunkSummary, result: ShotResult
 
 
 def _missing_frames(plan: ShotPlan) -> dict[int, str]:
-    missing = {
+    return {
         f: f"{plan.sequence.uri_for(f)}: frame {f}: missing from the sequence (a hole)"
         for f in plan.sequence.holes
     }
-    return missing
 
 
 def _failed_chunk(
@@ -245,6 +245,5 @@ def _emit(result: ShotResult, stage: str, message: str = "") -> None:
             failed=len(result.failed),
             skipped=len(result.skipped),
             message=message,
-            failures=dict(result.failed),
         )
     )

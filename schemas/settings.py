@@ -100,10 +100,10 @@ class Settings(BaseSettings):
             return list(self.allowed_roots)
         return [str(self.home), str(Path.cwd())]
 
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        """fsspec options for ``s3://`` URIs (credentials come from the AWS variables)."""
-        if self.s3_endpoint_url:
+    def storage_options_for(self, uri: str) -> dict[str, Any]:
+        """fsspec options for ``uri``: the S3 endpoint for ``s3://`` URIs (credentials come
+        from the usual AWS variables), nothing for local paths."""
+        if uri.startswith("s3://") and self.s3_endpoint_url:
             return {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}}
         return {}
 

@@ -3,7 +3,7 @@ into the catalog (one writer, in batches). Plain dataclasses so Dask pickles the
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
@@ -39,9 +39,6 @@ class FrameSummary:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     cache_key: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class ChunkSummary:
@@ -58,10 +55,6 @@ class ChunkSummary:
     model_s: float = 0.0  # time inside the model (for the model's share of wall time)
     load_s: float = 0.0  # model loading on this call (0 when cached)
     peak_rss_mb: float = 0.0
-
-    @property
-    def failed(self) -> list[FrameSummary]:
-        return [f for f in self.frames if f.status == "failed"]
 
 
 @dataclass(frozen=True)

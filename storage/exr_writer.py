@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 
 CRYPTO_LAYER = "CryptoBodyPart"
 PART_ORDER: tuple[str, ...] = ("N", "P", "albedo", "matte", CRYPTO_LAYER, "seg")
+# Pixel type of each part's channels (Cryptomatte is float32: never half, never DWA).
+PART_DTYPES: dict[str, type[np.generic]] = {
+    "N": np.float16,
+    "P": np.float32,
+    "albedo": np.float16,
+    "matte": np.float16,
+    CRYPTO_LAYER: np.float32,
+    "seg": np.uint32,
+}
 PASS_OF_PART: dict[str, str] = {
     "N": "normal",
     "P": "pointmap",
@@ -395,21 +404,24 @@ def _part_channels(
 
     if part == "N":
         normal = checked(3)
-        return {f"N.{axis}": _plane(normal[..., i], np.float16) for i, axis in enumerate("xyz")}
+        dtype = PART_DTYPES["N"]
+        return {f"N.{axis}": _plane(normal[..., i], dtype) for i, axis in enumerate("xyz")}
     if part == "P":
         points = checked(3)
-        channels = {f"P.{axis}": _plane(points[..., i], np.float32) for i, axis in enumerate("xyz")}
-        channels["depth.Z"] = _plane(points[..., 2], np.float32)
+        dtype = PART_DTYPES["P"]
+        channels = {f"P.{axis}": _plane(points[..., i], dtype) for i, axis in enumerate("xyz")}
+        channels["depth.Z"] = _plane(points[..., 2], dtype)
         return channels
     if part == "albedo":
         albedo = checked(3)
-        return {f"albedo.{c}": _plane(albedo[..., i], np.float16) for i, c in enumerate("RGB")}
+        dtype = PART_DTYPES["albedo"]
+        return {f"albedo.{c}": _plane(albedo[..., i], dtype) for i, c in enumerate("RGB")}
     if part == "matte":
-        return {"matte.A": _plane(checked(), np.float16)}
+        return {"matte.A": _plane(checked(), PART_DTYPES["matte"])}
     assert class_names is not None
     probabilities = checked(len(class_names))
     if part == "seg":
-        return {"seg.id": np.argmax(probabilities, axis=-1).astype(np.uint32)}
+        return {"seg.id": np.argmax(probabilities, axis=-1).astype(PART_DTYPES["seg"])}
     return cryptomatte.rank_channels(probabilities, class_names, CRYPTO_LAYER, crypto_ranks)
 
 

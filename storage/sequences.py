@@ -58,6 +58,8 @@ class PlateSequence:
     storage_options: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     # frame -> file name as listed (exact spelling, e.g. an overflowing `plate.10000.exr`).
     names: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
+    # frame -> the listing's entry for it (size, mtime or ETag), from the same single listing
+    listing: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
 
     def uri_for(self, frame: int) -> str:
         """URI of `frame` (the listed file when present, else the name the padding implies)."""
@@ -112,12 +114,14 @@ def discover_sequence(
         raise SequenceError("empty plate pattern: give a path or s3:// URI such as plate.####.exr")
     if _is_directory(pattern, storage_options):
         directory = pattern.rstrip("/")
-        names = _list_names(pattern, directory, storage_options)
+        entries = _list_entries(pattern, directory, storage_options)
+        names = sorted(entries)
         template = _template_from_directory(pattern, directory, names)
     else:
         directory, name = _split(pattern)
         template = _parse_template(pattern, directory, name)  # fail on syntax before listing
-        names = _list_names(pattern, directory, storage_options)
+        entries = _list_entries(pattern, directory, storage_options)
+        names = sorted(entries)
     requested = _requested_frames(pattern, frame_range, template.frames)
     found = _match(names, template)
     if not found:
@@ -148,6 +152,7 @@ def discover_sequence(
         requested=requested,
         storage_options=storage_options,
         names={frame: found[frame] for frame in present},
+        listing={frame: entries[found[frame]] for frame in present},
     )
 
 
@@ -240,8 +245,11 @@ def _is_directory(pattern: str, storage_options: dict[str, Any] | None) -> bool:
         return False
 
 
-def _list_names(pattern: str, directory: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """File names in `directory`, from one listing call (paged by s3fs on big prefixes)."""
+def _list_entries(
+    pattern: str, directory: str, storage_options: dict[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """File name -> listing entry in `directory`, from one listing call (paged by s3fs on big
+    prefixes)."""
     fs, path = filesystem_for(directory, storage_options)
     try:
         fs.invalidate_cache(path)  # listings are cached per instance and go stale
@@ -256,11 +264,11 @@ def _list_names(pattern: str, directory: str, storage_options: dict[str, Any] | 
         ) from exc
     except OSError as exc:
         raise SequenceError(f"pattern {pattern!r}: cannot list {directory!r} ({exc})") from exc
-    return sorted(
-        str(entry["name"]).rstrip("/").rpartition("/")[2]
+    return {
+        str(entry["name"]).rstrip("/").rpartition("/")[2]: entry
         for entry in entries
         if entry.get("type") != "directory"
-    )
+    }
 
 
 def _parse_template(pattern: str, directory: str, name: str) -> _Template:

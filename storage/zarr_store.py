@@ -182,6 +182,13 @@ class ShotStoreWriter:
 
     def write_frame(self, frame_index: int, arrays: Mapping[str, Any]) -> list[str]:
         """Write one frame's region of every pass given; returns the passes written."""
+        prepared = self.prepare_frame(frame_index, arrays)
+        self.write_prepared(frame_index, prepared)
+        return list(prepared)
+
+    def prepare_frame(self, frame_index: int, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check one frame's arrays and convert them to the blocks stored (seg labels, pose
+        rows, store dtypes), without writing: a caller can checksum exactly what is stored."""
         if not 0 <= frame_index < len(self.frames):
             raise FrameError(
                 self.uri, None, f"frame index {frame_index} outside 0..{len(self.frames) - 1}"
@@ -199,9 +206,12 @@ class ShotStoreWriter:
                 prepared[name] = self._prepare(name, value, target.shape[1:])
             except ValueError as exc:
                 raise FrameError(self.uri, frame, f"pass {name!r}: {exc}") from exc
+        return prepared
+
+    def write_prepared(self, frame_index: int, prepared: Mapping[str, np.ndarray]) -> None:
+        """Store blocks from `prepare_frame` (one writer per shard at a time)."""
         for name, block in prepared.items():
             self._arrays[name][frame_index] = block
-        return list(prepared)
 
     def _prepare(self, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         if name == "pose" and not isinstance(value, np.ndarray):

@@ -37,7 +37,7 @@ from sapiens.seg_classes import BACKGROUND, SEG_CLASSES
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord
 from storage.errors import FrameError
-from storage.exr_writer import CRYPTO_LAYER, write_passes_exr
+from storage.exr_writer import PART_DTYPES, PART_ORDER, PASS_OF_PART, write_passes_exr
 from storage.frame import Frame
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
@@ -57,8 +57,6 @@ READ_AHEAD = 2
 WRITE_BEHIND = 2
 FRAMES_PER_BATCH = 2  # frames whose tiles share model batches
 TILED = ("normal", "albedo", "matte", "seg")
-EXR_PARTS = {"normal": ["N"], "pointmap": ["P"], "albedo": ["albedo"], "matte": ["matte"]}
-EXR_PARTS["seg"] = [CRYPTO_LAYER, "seg"]
 CHANNELS = {"normal": 3, "albedo": 3, "matte": None, "seg": len(SEG_CLASSES)}
 
 
@@ -165,12 +163,6 @@ class _ChunkRunner:
         self.predictor = predictor
         self.colour = colour
         self.model_s = 0.0
-        self.keys = {
-            name: [ref.sha256 for ref in job.checkpoints.values()]
-            if name == "pose"
-            else [job.checkpoints[name].sha256]
-            for name in spec.passes
-        }
         self.settings_digest = spec.settings_digest()
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
         self.store = ShotStoreWriter(job.layout.zarr, job.storage_options or None)
@@ -377,24 +369,24 @@ class _ChunkRunner:
                 class_names=SEG_CLASSES,
                 storage_options=self.job.storage_options or None,
             )
-            for name, values in passes.items():
-                for part in EXR_PARTS[name]:
-                    records.append(
-                        OutputRecord(
-                            name, number, "exr", exr.uri, exr.sha256, exr.size,
-                            tuple(values.shape), _exr_dtype(part), part, key,
-                        )
-                    )  # fmt: skip
+            for part in (p for p in PART_ORDER if PASS_OF_PART[p] in passes):
+                name = PASS_OF_PART[part]
+                records.append(
+                    OutputRecord(
+                        name, number, "exr", exr.uri, exr.sha256, exr.size,
+                        tuple(passes[name].shape), np.dtype(PART_DTYPES[part]).name, part, key,
+                    )
+                )  # fmt: skip
         t1 = time.perf_counter()
         arrays: dict[str, Any] = dict(passes)
         if "pose" in self.spec.passes:
             arrays["pose"] = result.people
         index = self.job.store_indices[self.job.frames.index(number)]
+        blocks = self.store.prepare_frame(index, arrays)
         with self.zarr_lock:
-            self.store.write_frame(index, arrays)
-        for name in arrays:
-            block = self.store._arrays[name]
-            region = np.ascontiguousarray(block[index])
+            self.store.write_prepared(index, blocks)
+        for name, block in blocks.items():
+            region = np.ascontiguousarray(block)  # exactly the bytes stored
             records.append(
                 OutputRecord(
                     name, number, "zarr", f"{self.job.layout.zarr}/{name}",
@@ -496,12 +488,6 @@ def default_focal(height: int, width: int) -> float:
     """Focal length in frame pixels when no pointmap estimate exists: the model's canonical
     camera (focal 768 px at its 1024x768 input) scaled to the frame's long side."""
     return CANONICAL_FOCAL * max(height, width) / max(NATIVE_INPUT_HW)
-
-
-def _exr_dtype(part: str) -> str:
-    return {"N": "float16", "albedo": "float16", "matte": "float16", "seg": "uint32"}.get(
-        part, "float32"
-    )
 
 
 def _failed(summary: FrameSummary, exc: BaseException, uri: str) -> FrameSummary:

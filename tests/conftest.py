@@ -58,3 +58,18 @@ def s3_bucket(s3_endpoint: str) -> Iterator[tuple[str, dict[str, Any]]]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(bucket, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """One temporary Prefect API for the session (it takes 6-11 s to start)."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.testing.utilities import prefect_test_harness
+
+    # Importing the flow sets up Prefect's logging, whose console handler keeps the
+    # sys.stderr of that moment: do it here, not inside a CliRunner call (whose stderr is
+    # closed after each invoke; a later flow's logs would then fail).
+    import flows.process_shot  # noqa: F401
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import traceback
 from pathlib import Path
@@ -220,20 +219,6 @@ def test_models_without_a_root_says_so(home):
 
 
 # -- a real shot through the flow -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def prefect_api():
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.testing.utilities import prefect_test_harness
-
-    # Importing the flow sets up Prefect's logging, whose console handler keeps the
-    # sys.stderr of that moment: do it here, not inside CliRunner (whose stderr is closed
-    # after each invoke; a later flow's logs would then fail, recursively with log_prints).
-    import flows.process_shot  # noqa: F401
-
-    with prefect_test_harness(server_startup_timeout=60):
-        yield
-
-
 @pytest.fixture(scope="module")
 def dask_address():
     from distributed import LocalCluster

@@ -226,18 +226,6 @@ def test_svfx_workers_register_with_their_names(loopback):
     assert all(w["nthreads"] == 1 for w in info)
 
 
-@pytest.fixture(scope="module")
-def prefect_api():
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.testing.utilities import prefect_test_harness
-
-    # Set up Prefect's logging here, not inside CliRunner (whose stderr it would keep).
-    import flows.process_shot  # noqa: F401
-
-    with prefect_test_harness(server_startup_timeout=60):
-        yield
-
-
 @pytest.mark.timeout(300)
 def test_a_shot_submitted_with_svfx_dask_address_runs_on_those_workers(
     loopback, prefect_api, tmp_path, monkeypatch
