@@ -473,6 +473,109 @@ def worker(
     raise typer.Exit(code)
 
 
+# -- scan, serve, api ---------------------------------------------------------------------------
+@app.command()
+def scan(
+    prefixes: Annotated[list[str], typer.Argument(help="s3://BUCKET/PREFIX (one or more)")],
+    template: Annotated[
+        str | None,
+        typer.Option(
+            help="naming template, e.g. {show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
+        ),
+    ] = None,
+    passes: Annotated[str | None, typer.Option(help="comma-separated (default: all)")] = None,
+    model_size: Annotated[str | None, typer.Option(help="tiny|0.1b|...|5b")] = None,
+    output: Annotated[str | None, typer.Option(help="output root, e.g. s3://bucket/out")] = None,
+    settle: Annotated[
+        float | None, typer.Option(help="seconds since an object's last write before use")
+    ] = None,
+    max_in_flight: Annotated[int | None, typer.Option(help="shots running at once")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only print what it would submit")] = (
+        False
+    ),
+    queue: Annotated[
+        bool, typer.Option("--queue", help="queue runs of the served process-shot deployment")
+    ] = False,
+    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Scan S3 prefixes once: new or changed plate sequences are processed (here, one shot
+    after another; with --queue by the served deployment). Exit 2 when a prefix could not be
+    listed or a shot failed."""
+    from schemas.catalog import open_catalog
+
+    from .plate_template import TemplateError
+    from .scan import ScanDefaults, scan_bucket
+    from .scheduled import report_lines
+    from .submission import DeploymentSubmitter, InlineSubmitter
+
+    settings = _settings()
+    defaults = ScanDefaults(
+        passes=tuple(p.strip() for p in passes.split(",") if p.strip())
+        if passes
+        else (tuple(settings.scan_passes) or None),
+        model_size=model_size or settings.scan_model_size,
+        output_root=output or settings.output_root,
+        settle_seconds=settings.scan_settle_s if settle is None else settle,
+        max_in_flight=max_in_flight or settings.scan_max_in_flight,
+    )
+    submitter: Any = (
+        DeploymentSubmitter() if queue else InlineSubmitter(dask_address or settings.dask_address)
+    )
+    catalog = open_catalog(settings.catalog)
+    try:
+        report = scan_bucket(
+            prefixes,
+            template or settings.scan_template,
+            catalog=catalog,
+            submitter=submitter,
+            settings=settings,
+            defaults=defaults,
+            dry_run=dry_run,
+        )
+    except TemplateError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        catalog.close()
+    if as_json:
+        _print_json(report.as_dict())
+    else:
+        for line in report_lines(report):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        for error in report.errors:
+            err.print(f"[bold red]error:[/] {escape(error)}", highlight=False, soft_wrap=True)
+    results = getattr(submitter, "results", [])
+    failed = report.errors or any(r.get("status") == "failed" for r in results)
+    partial = any(r.get("status") == "partial" for r in results)
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if partial else EXIT_OK)
+
+
+@app.command()
+def serve() -> None:
+    """Serve the deployments: process-shot on demand and, when SVFX_SCAN_PREFIXES is set,
+    scan-plates on SVFX_SCAN_CRON or every SVFX_SCAN_INTERVAL_S seconds."""
+    settings = _settings()
+    from prefect import serve as prefect_serve
+
+    from .scheduled import deployments
+
+    served = deployments(settings)
+    if not settings.scan_prefixes:
+        err.print("[yellow]no SVFX_SCAN_PREFIXES: serving process-shot only, no scheduled scan[/]")
+    prefect_serve(*served)
+
+
+@app.command()
+def api(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8000,
+) -> None:
+    """Serve the catalog: JSON API under /api (OpenAPI at /docs) and web pages at /."""
+    from api.app import run_api
+
+    run_api(host, port, _settings())
+
+
 # -- demo -----------------------------------------------------------------------------------
 @app.command()
 def demo(

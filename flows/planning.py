@@ -112,7 +112,13 @@ def plan_shot(spec: ShotSpec, settings: Settings) -> ShotPlan:
         fingerprints=sequence_fingerprints(sequence),
     )
     layout = ShotLayout.for_shot(
-        output_root, spec.show, spec.sequence, spec.shot, spec.version, sequence.padding
+        output_root,
+        spec.show,
+        spec.sequence,
+        spec.shot,
+        spec.version,
+        sequence.padding,
+        element=spec.element,
     )
     return ShotPlan(
         spec=spec,
@@ -133,9 +139,10 @@ def decide_work(plan: ShotPlan, catalog: Any) -> None:
     spec = plan.spec
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
     where = (spec.show, spec.sequence, spec.shot)
-    existing = catalog.existing_outputs(*where, kind="exr")
+    root = plan.layout.root + "/"  # this element and version only
+    existing = catalog.existing_outputs(*where, kind="exr", uri_prefix=root)
     if "pose" in spec.passes:  # pose has no EXR part: its per-frame record is the JSON
-        existing.update(catalog.existing_outputs(*where, kind="pose_json"))
+        existing.update(catalog.existing_outputs(*where, kind="pose_json", uri_prefix=root))
     on_disk = _existing_files(plan.layout.root, plan.storage_options)
     plan.todo, plan.skipped = [], []
     for frame in plan.sequence.frames:

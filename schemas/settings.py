@@ -3,7 +3,8 @@
 The embedded default needs nothing set: data under ``~/.svfx`` (SQLite catalog, Prefect home,
 outputs), a LocalCluster, the ephemeral Prefect API and local disk. Production sets
 ``SVFX_CATALOG_URL`` (PostgreSQL), ``SVFX_DASK_ADDRESS``, ``SVFX_CHECKPOINT_ROOT``,
-``SVFX_OUTPUT_ROOT`` and ``SVFX_ALLOWED_ROOTS``.
+``SVFX_OUTPUT_ROOT`` and ``SVFX_ALLOWED_ROOTS``; a bucket watched by ``svfx serve`` sets
+``SVFX_SCAN_PREFIXES`` (and optionally the template, schedule, settle time and cap below).
 
 ``svfx.toml`` is looked up at ``$SVFX_CONFIG``, then ``./svfx.toml``, then
 ``$SVFX_HOME/svfx.toml``; its keys are the field names below (``catalog_url = "..."``).
@@ -54,8 +55,17 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None
     local_workers: int = 2  # LocalCluster worker processes when no address is given
     chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker
+    # The scheduled bucket scan (`svfx serve`): prefixes, naming template and schedule.
+    scan_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    scan_template: str = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
+    scan_interval_s: int = Field(300, ge=10)  # used when scan_cron is not set
+    scan_cron: str | None = None
+    scan_settle_s: float = Field(120.0, ge=0)  # wait this long after an object's last write
+    scan_max_in_flight: int = Field(4, ge=1)  # shots running at once
+    scan_passes: Annotated[list[str], NoDecode] = Field(default_factory=list)  # default: all
+    scan_model_size: str = "tiny"
 
-    @field_validator("allowed_roots", mode="before")
+    @field_validator("allowed_roots", "scan_prefixes", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -84,6 +94,13 @@ class Settings(BaseSettings):
         if path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
+
+    @field_validator("scan_passes", mode="before")
+    @classmethod
+    def _split_passes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
 
     @property
     def catalog(self) -> str:

@@ -67,6 +67,9 @@ class ShotSpec(BaseModel):
     show: Name
     sequence: Name
     shot: Name
+    element: str | None = Field(
+        None, description="plate element (bg01, fg01) when a shot has several; outputs per element"
+    )
     frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
     colorspace: str | None = Field(None, description="plate colour space; None: guess")
     passes: tuple[PassName, ...] = ALL_PASSES
@@ -84,10 +87,10 @@ class ShotSpec(BaseModel):
     review_clips: bool = True
     submitter: str = Field(default_factory=getpass.getuser)
 
-    @field_validator("show", "sequence", "shot")
+    @field_validator("show", "sequence", "shot", "element")
     @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.match(value):
             raise ValueError(
                 f"{value!r} is not a usable name (letters, digits, '_', '.', '-'; "
                 "starting with a letter or digit; at most 64 characters)"

@@ -1,4 +1,6 @@
-"""Where a shot's outputs live: ``<root>/<show>/<seq>/<shot>/sapiens2_<version>/...``.
+"""Where a shot's outputs live: ``<root>/<show>/<seq>/<shot>/sapiens2_<version>/...``, or
+``<root>/<show>/<seq>/<shot>/<element>/sapiens2_<version>/...`` for a plate element of a shot
+with several (``bg01``, ``fg01``), so two elements never overwrite each other.
 
     <name>.<frame>.exr                 multi-part EXR per frame (every pass asked for)
     <name>.zarr                        Zarr v3 group for the whole shot
@@ -6,7 +8,8 @@
     previews/<pass>/<name>_<pass>.<frame>.jpg, previews/<name>_<pass>_contact.jpg
     review/<name>_<pass>.mp4           review clip per pass, frame numbers burnt in
 
-with ``<name> = <shot>_sapiens2_<version>``; frame numbers padded like the plate (>= 4).
+with ``<name> = <shot>_sapiens2_<version>`` (``<shot>_<element>_sapiens2_<version>``); frame
+numbers padded like the plate (>= 4).
 """
 
 from __future__ import annotations
@@ -22,10 +25,22 @@ class ShotLayout:
 
     @classmethod
     def for_shot(
-        cls, output_root: str, show: str, sequence: str, shot: str, version: str, padding: int = 4
+        cls,
+        output_root: str,
+        show: str,
+        sequence: str,
+        shot: str,
+        version: str,
+        padding: int = 4,
+        element: str | None = None,
     ) -> ShotLayout:
-        root = f"{output_root.rstrip('/')}/{show}/{sequence}/{shot}/sapiens2_{version}"
-        return cls(root=root, name=f"{shot}_sapiens2_{version}", padding=max(4, padding))
+        shot_dir = f"{output_root.rstrip('/')}/{show}/{sequence}/{shot}"
+        if element:
+            root = f"{shot_dir}/{element}/sapiens2_{version}"
+            name = f"{shot}_{element}_sapiens2_{version}"
+        else:
+            root, name = f"{shot_dir}/sapiens2_{version}", f"{shot}_sapiens2_{version}"
+        return cls(root=root, name=name, padding=max(4, padding))
 
     def _frame(self, frame: int) -> str:
         sign = "-" if frame < 0 else ""

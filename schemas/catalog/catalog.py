@@ -238,14 +238,39 @@ class Catalog:
         with reading(self.engine) as conn:
             return {r.frame: (r.size_bytes, r.fingerprint, r.sha256) for r in conn.execute(stmt)}
 
+    def plate_frame_states(
+        self, patterns: Iterable[str]
+    ) -> dict[str, dict[int, tuple[int | None, str | None, bool]]]:
+        """For the bucket scan, in one query per 500 plates: normalised pattern -> frame ->
+        (size, fingerprint, read), where ``read`` says a worker has read the bytes with that
+        fingerprint (its checksum is recorded; a changed fingerprint clears it)."""
+        wanted = sorted({normalise_uri(p) for p in patterns})
+        pf = PLATE_FRAMES.c
+        states: dict[str, dict[int, tuple[int | None, str | None, bool]]] = {}
+        with reading(self.engine) as conn:
+            for start in range(0, len(wanted), 500):
+                stmt = (
+                    select(PLATES.c.pattern, pf.frame, pf.size_bytes, pf.fingerprint, pf.sha256)
+                    .select_from(PLATE_FRAMES.join(PLATES, PLATES.c.id == pf.plate_id))
+                    .where(PLATES.c.pattern.in_(wanted[start : start + 500]))
+                )
+                for r in conn.execute(stmt):
+                    frames = states.setdefault(r.pattern, {})
+                    frames[r.frame] = (r.size_bytes, r.fingerprint, r.sha256 is not None)
+        return states
+
     def existing_outputs(
-        self, show: str, sequence: str, shot: str, kind: str = "exr"
+        self, show: str, sequence: str, shot: str, kind: str = "exr", uri_prefix: str = ""
     ) -> dict[tuple[int, str], str]:
-        """(frame, pass) -> cache key of the newest output of that kind."""
+        """(frame, pass) -> cache key of the newest output of that kind (under ``uri_prefix``,
+        the output folder of one element and version, when given)."""
         o = OUTPUTS.c
         stmt = select(o.frame, o.pass_name, o.cache_key).select_from(OUTPUTS)
         stmt = with_shot(stmt, o.shot_id, show, sequence, shot)
         stmt = stmt.where(o.kind == kind).order_by(o.created_at, o.id)
+        if uri_prefix:
+            prefix = normalise_uri(uri_prefix.rstrip("/")) + "/"
+            stmt = stmt.where(o.uri.startswith(prefix, autoescape=True))
         with reading(self.engine) as conn:
             # ascending order: the newest row for a (frame, pass) is written last and wins
             return {(r.frame, r.pass_name): r.cache_key for r in conn.execute(stmt)}

@@ -1,0 +1,288 @@
+"""The bucket scan: find plate sequences under S3 prefixes by a naming template, compare each
+frame's object (size and ETag) with the catalog, and submit ``process_shot`` for sequences that
+are new or whose frames changed.
+
+What a scan decides for each sequence it finds:
+
+- ``up to date``: every frame listed has been read by a worker with the same size and ETag.
+- ``in flight``: a run for this plate has not finished yet; never submitted twice.
+- ``settling``: an object was written less than ``settle_seconds`` ago, so the upload may
+  still be going on; the next scan looks again. A frame missing between others when a run
+  starts is a hole: the job ends ``partial`` naming it, never ``complete``, and the next scan
+  submits the frame once it arrives.
+- ``deferred``: the cap on shots in flight is reached; the next scan submits it.
+- ``new`` / ``changed``: submitted (the whole listed range; planning skips frames whose
+  checksum and models are unchanged, so only new and changed frames are computed).
+- ``rejected``: its names do not make a valid shot (the reason is given).
+
+Keys that do not match the template are listed in the report, never processed by guesswork.
+The scan's own cost is one listing per prefix and one catalog query per 500 plates: no
+object is opened or HEADed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.catalog.catalog import Catalog
+from schemas.settings import Settings
+from schemas.spec import ShotSpec, SpecError, parse_spec
+from storage.object_listing import ObjectInfo, RetryPolicy, list_objects
+
+from .plate_template import PlateTemplate
+from .submission import Submitter, plate_key
+
+log = logging.getLogger("svfx.scan")
+
+SUBMITTED = ("new", "changed")
+
+
+@dataclass(frozen=True)
+class ScanDefaults:
+    """What every shot a scan submits is asked for (the rest of ShotSpec's defaults apply)."""
+
+    passes: tuple[str, ...] | None = None
+    model_size: str = "tiny"
+    output_root: str | None = None
+    version: str = "v001"
+    colorspace: str | None = None
+    checkpoint_root: str | None = None
+    settle_seconds: float = 120.0
+    max_in_flight: int = 4
+    submitter: str = "svfx-scan"
+    listing: RetryPolicy = field(default_factory=RetryPolicy)  # per prefix
+
+
+@dataclass
+class FoundSequence:
+    plate: str  # full URI with the template's frame token
+    fields: dict[str, str]
+    frames: dict[int, ObjectInfo] = field(default_factory=dict)
+
+    @property
+    def newest(self) -> float | None:
+        times = [o.modified for o in self.frames.values() if o.modified is not None]
+        return max(times) if times else None
+
+
+@dataclass
+class SequenceDecision:
+    plate: str
+    shot: str  # show/seq/shot[/element]
+    action: str
+    frames: int  # frames listed
+    redo: list[int] = field(default_factory=list)  # frames new or changed since last read
+    reason: str = ""
+    run_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "plate": self.plate,
+            "shot": self.shot,
+            "action": self.action,
+            "frames": self.frames,
+            "redo": _ranges(self.redo),
+            "reason": self.reason,
+            "run_id": self.run_id,
+        }
+
+
+@dataclass
+class ScanReport:
+    prefixes: list[str]
+    template: str
+    dry_run: bool
+    objects: int = 0
+    sequences: list[SequenceDecision] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def to_submit(self) -> list[SequenceDecision]:
+        return [d for d in self.sequences if d.action in SUBMITTED]
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.to_submit
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for decision in self.sequences:
+            counts[decision.action] = counts.get(decision.action, 0) + 1
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prefixes": self.prefixes,
+            "template": self.template,
+            "dry_run": self.dry_run,
+            "objects": self.objects,
+            "counts": self.counts(),
+            "sequences": [d.as_dict() for d in self.sequences],
+            "unmatched": self.unmatched,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def find_sequences(
+    prefixes: Iterable[str],
+    template: PlateTemplate,
+    settings: Settings,
+    report: ScanReport,
+    policy: RetryPolicy | None = None,
+) -> list[FoundSequence]:
+    """List each prefix once and group the objects matching the template into sequences."""
+    found: dict[str, FoundSequence] = {}
+    for prefix in prefixes:
+        base = prefix.rstrip("/")
+        try:
+            objects = list_objects(base, settings.storage_options_for(base), policy)
+        except OSError as exc:
+            report.errors.append(f"{base}: {exc}")
+            log.error("scan: %s: %s", base, exc)
+            continue
+        report.objects += len(objects)
+        for obj in objects:
+            match = template.match(obj.key)
+            if match is None:
+                report.unmatched.append(obj.uri)
+                continue
+            plate = f"{base}/{match.pattern}"
+            sequence = found.setdefault(plate, FoundSequence(plate, match.fields))
+            sequence.frames[match.frame] = obj
+    return [found[key] for key in sorted(found)]
+
+
+def scan_bucket(
+    prefixes: Iterable[str],
+    template: str,
+    *,
+    catalog: Catalog,
+    submitter: Submitter,
+    settings: Settings,
+    defaults: ScanDefaults | None = None,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> ScanReport:
+    """One scan: list, compare with the catalog, submit (unless ``dry_run``), report."""
+    started = time.perf_counter()
+    defaults = defaults or ScanDefaults()
+    prefixes = [p.rstrip("/") for p in prefixes]
+    parsed = PlateTemplate.parse(template)
+    report = ScanReport(prefixes=prefixes, template=parsed.text, dry_run=dry_run)
+    sequences = find_sequences(prefixes, parsed, settings, report, defaults.listing)
+    states = catalog.plate_frame_states(s.plate for s in sequences) if sequences else {}
+    in_flight = submitter.in_flight() if sequences else {}
+    room = max(0, defaults.max_in_flight - len(in_flight))
+    now = time.time() if now is None else now
+    for sequence in sequences:
+        decision = _decide(sequence, states.get(plate_key(sequence.plate)), defaults)
+        if decision.action in SUBMITTED:
+            decision = _gate(decision, sequence, in_flight, room, defaults, now)
+        report.sequences.append(decision)
+        if decision.action not in SUBMITTED:
+            continue
+        room -= 1
+        if dry_run:
+            continue
+        try:
+            spec = _spec_for(sequence, defaults)
+            decision.run_id = submitter.submit(spec, reason=decision.action)
+        except Exception as exc:  # one failed submission must not end the scan
+            decision.action, decision.reason = "error", f"submission failed: {exc}"
+            log.error("scan: %s: %s", sequence.plate, decision.reason)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _decide(
+    sequence: FoundSequence,
+    known: dict[int, tuple[int | None, str | None, bool]] | None,
+    defaults: ScanDefaults,
+) -> SequenceDecision:
+    decision = SequenceDecision(
+        plate=sequence.plate,
+        shot="/".join(
+            sequence.fields[k] for k in ("show", "seq", "shot", "plate") if k in sequence.fields
+        ),
+        action="up to date",
+        frames=len(sequence.frames),
+    )
+    try:
+        _spec_for(sequence, defaults)
+    except SpecError as exc:
+        decision.action, decision.reason = "rejected", str(exc)
+        return decision
+    known = known or {}
+    decision.redo = sorted(
+        frame
+        for frame, obj in sequence.frames.items()
+        if frame not in known or known[frame][1] != obj.fingerprint or not known[frame][2]
+    )
+    if decision.redo:
+        decision.action = "changed" if known else "new"
+        decision.reason = f"{len(decision.redo)} of {decision.frames} frames new or changed"
+    return decision
+
+
+def _gate(
+    decision: SequenceDecision,
+    sequence: FoundSequence,
+    in_flight: dict[str, str],
+    room: int,
+    defaults: ScanDefaults,
+    now: float,
+) -> SequenceDecision:
+    """Hold back a sequence that is running, still arriving, or over the cap."""
+    running = in_flight.get(plate_key(sequence.plate))
+    newest = sequence.newest
+    if running:
+        decision.action, decision.run_id = "in flight", running
+        decision.reason = f"run {running} has not finished; {decision.reason}"
+    elif newest is not None and now - newest < defaults.settle_seconds:
+        decision.action = "settling"
+        decision.reason = (
+            f"newest object written {max(0.0, now - newest):.0f} s ago "
+            f"(waits {defaults.settle_seconds:.0f} s for the upload to finish)"
+        )
+    elif room <= 0:
+        decision.action = "deferred"
+        decision.reason = f"{defaults.max_in_flight} shots already in flight; next scan"
+    return decision
+
+
+def _spec_for(sequence: FoundSequence, defaults: ScanDefaults) -> ShotSpec:
+    """The whole listed range, first to last frame: a frame missing in between is a hole
+    (recorded as a failed frame), so a half-uploaded sequence never ends ``complete``."""
+    frames = sorted(sequence.frames)
+    data: dict[str, Any] = {
+        "plate": sequence.plate,
+        "show": sequence.fields["show"],
+        "sequence": sequence.fields["seq"],
+        "shot": sequence.fields["shot"],
+        "element": sequence.fields.get("plate"),
+        "frames": f"{frames[0]}-{frames[-1]}" if len(frames) > 1 else str(frames[0]),
+        "model_size": defaults.model_size,
+        "output_root": defaults.output_root,
+        "version": defaults.version,
+        "colorspace": defaults.colorspace,
+        "checkpoint_root": defaults.checkpoint_root,
+        "submitter": defaults.submitter,
+    }
+    if defaults.passes:
+        data["passes"] = list(defaults.passes)
+    return parse_spec(data)
+
+
+def _ranges(frames: list[int]) -> str:
+    if not frames:
+        return ""
+    import fileseq
+
+    return str(fileseq.FrameSet(frames))

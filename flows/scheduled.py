@@ -1,0 +1,127 @@
+"""The scheduled side: the ``scan-plates`` flow and the deployments ``svfx serve`` serves.
+
+``svfx serve`` runs ``process-shot`` (on demand: the scan, the catalog API and ``prefect
+deployment run`` create its runs; at most ``scan_max_in_flight`` run at once) and
+``scan-plates`` on ``scan_cron`` or every ``scan_interval_s`` seconds over ``scan_prefixes``.
+``infra/prefect/prefect.yaml`` declares the same two deployments for a work pool.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from schemas.catalog import open_catalog
+from schemas.settings import Settings, load_settings
+
+from .process_shot import process_shot
+from .scan import ScanDefaults, ScanReport, scan_bucket
+from .submission import PROCESS_SHOT_DEPLOYMENT, DeploymentSubmitter
+
+SCAN_DEPLOYMENT = "scan-plates"
+
+
+@flow(name="scan-plates", log_prints=True)
+def scan_plates(
+    prefixes: list[str],
+    template: str,
+    passes: list[str] | None = None,
+    model_size: str = "tiny",
+    output_root: str | None = None,
+    settle_s: float = 120.0,
+    max_in_flight: int = 4,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """List the prefixes, compare with the catalog and queue ``process-shot`` runs for new and
+    changed plate sequences. Returns the scan report."""
+    logger = get_run_logger()
+    settings = load_settings()
+    catalog = open_catalog(settings.catalog)
+    try:
+        report = scan_bucket(
+            prefixes,
+            template,
+            catalog=catalog,
+            submitter=DeploymentSubmitter(PROCESS_SHOT_DEPLOYMENT),
+            settings=settings,
+            defaults=ScanDefaults(
+                passes=tuple(passes) if passes else None,
+                model_size=model_size,
+                output_root=output_root,
+                settle_seconds=settle_s,
+                max_in_flight=max_in_flight,
+            ),
+            dry_run=dry_run,
+        )
+    finally:
+        catalog.close()
+    for line in report_lines(report):
+        logger.info(line)
+    for error in report.errors:
+        logger.error(error)
+    create_markdown_artifact(
+        key="svfx-scan-report", markdown="\n".join(report_lines(report)), description="scan"
+    )
+    return report.as_dict()
+
+
+def report_lines(report: ScanReport, limit: int = 50) -> list[str]:
+    """The report as short lines: what was found, what was (or would be) submitted, and why
+    anything else was held back; unmatched keys by name."""
+    verb = "would submit" if report.dry_run else "submitted"
+    lines = [
+        f"scanned {', '.join(report.prefixes)}: {report.objects} objects, "
+        f"{len(report.sequences)} sequences in {report.seconds:.2f} s"
+    ]
+    if report.nothing_new:
+        lines.append("nothing new: every sequence found is up to date, in flight or waiting")
+    for d in report.sequences:
+        if d.action == "up to date":
+            continue
+        head = f"{verb} ({d.action})" if d.action in ("new", "changed") else d.action
+        run = f" run {d.run_id}" if d.run_id else ""
+        lines.append(f"  {head}: {d.shot} {d.plate} [{d.frames} frames]{run}: {d.reason}")
+    if report.unmatched:
+        lines.append(f"{len(report.unmatched)} objects do not match {report.template!r}:")
+        lines += [f"  {uri}" for uri in report.unmatched[:limit]]
+        if len(report.unmatched) > limit:
+            lines.append(f"  ... and {len(report.unmatched) - limit} more")
+    return lines
+
+
+def deployments(settings: Settings) -> list[Any]:
+    """The deployments ``svfx serve`` serves (the scan only when prefixes are configured)."""
+    shot = process_shot.to_deployment(
+        name="process-shot",
+        tags=["svfx"],
+        concurrency_limit=settings.scan_max_in_flight,
+        description="Sapiens2 passes for one shot (a ShotSpec as the 'spec' parameter)",
+    )
+    if not settings.scan_prefixes:
+        return [shot]
+    schedule: dict[str, Any] = (
+        {"cron": settings.scan_cron}
+        if settings.scan_cron
+        else {"interval": settings.scan_interval_s}
+    )
+    scan = scan_plates.to_deployment(
+        name=SCAN_DEPLOYMENT,
+        tags=["svfx", "scheduled"],
+        concurrency_limit=1,  # never two scans at once
+        parameters={
+            "prefixes": list(settings.scan_prefixes),
+            "template": settings.scan_template,
+            "passes": list(settings.scan_passes) or None,
+            "model_size": settings.scan_model_size,
+            "output_root": settings.output_root,
+            "settle_s": settings.scan_settle_s,
+            "max_in_flight": settings.scan_max_in_flight,
+        },
+        **schedule,
+    )
+    return [shot, scan]
