@@ -60,6 +60,7 @@ def runs_in_flight(
         FlowRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
 
     running: dict[str, str] = {}
     states = FlowRunFilterStateType(any_=[StateType(s) for s in IN_FLIGHT_STATES])
@@ -70,6 +71,7 @@ def runs_in_flight(
             runs = client.read_flow_runs(
                 flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
                 flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=states)),
+                sort=FlowRunSort.ID_DESC,  # the sync client sends no default
                 limit=200,
                 offset=offset,
             )

@@ -416,7 +416,7 @@ def test_prefect_deployments_entrypoints_schedule_and_pool() -> None:
 
     expected = {
         "process-shot": ("flows/process_shot.py", "process_shot"),
-        "scan-plates": ("flows/scan.py", "scan_bucket"),
+        "scan-plates": ("flows/scheduled.py", "scan_plates"),
     }
     for name, (path, function) in expected.items():
         file, _, flow = deployments[name]["entrypoint"].partition(":")
@@ -429,8 +429,17 @@ def test_prefect_deployments_entrypoints_schedule_and_pool() -> None:
 
     scan = deployments["scan-plates"]
     assert [s["cron"] for s in scan["schedules"]] == ["*/15 * * * *"]
-    assert {"prefixes", "template", "passes", "model_size", "output"} <= set(scan["parameters"])
+    # every parameter is one the flow takes, and the required ones are given
+    import inspect
+
+    from flows.scheduled import scan_plates
+
+    signature = inspect.signature(scan_plates.fn)
+    assert set(scan["parameters"]) <= set(signature.parameters)
+    required = {n for n, p in signature.parameters.items() if p.default is inspect.Parameter.empty}
+    assert required <= set(scan["parameters"])
     assert isinstance(scan["parameters"]["prefixes"], list)
+    assert scan["concurrency_limit"] == 1
     assert not deployments["process-shot"].get("schedules")
 
     # the pull step enters the directory where the image keeps the source
