@@ -505,8 +505,7 @@ def scan(
     from schemas.catalog import open_catalog
 
     from .plate_template import TemplateError
-    from .scan import ScanDefaults, scan_bucket
-    from .scheduled import report_lines
+    from .scan import ScanDefaults, report_lines, scan_bucket
     from .submission import DeploymentSubmitter, InlineSubmitter
 
     settings = _settings()

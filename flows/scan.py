@@ -178,12 +178,15 @@ def scan_bucket(
     report = ScanReport(prefixes=prefixes, template=parsed.text, dry_run=dry_run)
     sequences = find_sequences(prefixes, parsed, settings, report, defaults.listing)
     states = catalog.plate_frame_states(s.plate for s in sequences) if sequences else {}
-    in_flight = submitter.in_flight() if sequences else {}
-    room = max(0, defaults.max_in_flight - len(in_flight))
+    in_flight: dict[str, str] | None = None  # asked only when something needs submitting
+    room = 0
     now = time.time() if now is None else now
     for sequence in sequences:
         decision = _decide(sequence, states.get(plate_key(sequence.plate)), defaults)
         if decision.action in SUBMITTED:
+            if in_flight is None:
+                in_flight = submitter.in_flight()
+                room = max(0, defaults.max_in_flight - len(in_flight))
             decision = _gate(decision, sequence, in_flight, room, defaults, now)
         report.sequences.append(decision)
         if decision.action not in SUBMITTED:
@@ -199,6 +202,30 @@ def scan_bucket(
             log.error("scan: %s: %s", sequence.plate, decision.reason)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def report_lines(report: ScanReport, limit: int = 50) -> list[str]:
+    """The report as short lines: what was found, what was (or would be) submitted, and why
+    anything else was held back; unmatched keys by name."""
+    verb = "would submit" if report.dry_run else "submitted"
+    lines = [
+        f"scanned {', '.join(report.prefixes)}: {report.objects} objects, "
+        f"{len(report.sequences)} sequences in {report.seconds:.2f} s"
+    ]
+    if report.nothing_new:
+        lines.append("nothing new: every sequence found is up to date, in flight or waiting")
+    for d in report.sequences:
+        if d.action == "up to date":
+            continue
+        head = f"{verb} ({d.action})" if d.action in ("new", "changed") else d.action
+        run = f" run {d.run_id}" if d.run_id else ""
+        lines.append(f"  {head}: {d.shot} {d.plate} [{d.frames} frames]{run}: {d.reason}")
+    if report.unmatched:
+        lines.append(f"{len(report.unmatched)} objects do not match {report.template!r}:")
+        lines += [f"  {uri}" for uri in report.unmatched[:limit]]
+        if len(report.unmatched) > limit:
+            lines.append(f"  ... and {len(report.unmatched) - limit} more")
+    return lines
 
 
 def _decide(

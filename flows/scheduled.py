@@ -20,7 +20,7 @@ from schemas.catalog import open_catalog
 from schemas.settings import Settings, load_settings
 
 from .process_shot import process_shot
-from .scan import ScanDefaults, ScanReport, scan_bucket
+from .scan import ScanDefaults, report_lines, scan_bucket
 from .submission import PROCESS_SHOT_DEPLOYMENT, DeploymentSubmitter
 
 SCAN_DEPLOYMENT = "scan-plates"
@@ -68,30 +68,6 @@ def scan_plates(
         key="svfx-scan-report", markdown="\n".join(report_lines(report)), description="scan"
     )
     return report.as_dict()
-
-
-def report_lines(report: ScanReport, limit: int = 50) -> list[str]:
-    """The report as short lines: what was found, what was (or would be) submitted, and why
-    anything else was held back; unmatched keys by name."""
-    verb = "would submit" if report.dry_run else "submitted"
-    lines = [
-        f"scanned {', '.join(report.prefixes)}: {report.objects} objects, "
-        f"{len(report.sequences)} sequences in {report.seconds:.2f} s"
-    ]
-    if report.nothing_new:
-        lines.append("nothing new: every sequence found is up to date, in flight or waiting")
-    for d in report.sequences:
-        if d.action == "up to date":
-            continue
-        head = f"{verb} ({d.action})" if d.action in ("new", "changed") else d.action
-        run = f" run {d.run_id}" if d.run_id else ""
-        lines.append(f"  {head}: {d.shot} {d.plate} [{d.frames} frames]{run}: {d.reason}")
-    if report.unmatched:
-        lines.append(f"{len(report.unmatched)} objects do not match {report.template!r}:")
-        lines += [f"  {uri}" for uri in report.unmatched[:limit]]
-        if len(report.unmatched) > limit:
-            lines.append(f"  ... and {len(report.unmatched) - limit} more")
-    return lines
 
 
 def deployments(settings: Settings) -> list[Any]:
