@@ -86,9 +86,11 @@ class ChunkJob:
     checkpoints: dict[str, CheckpointRef]  # model pass -> checkpoint
     layout: ShotLayout
     frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, Any] = field(default_factory=dict)  # for the outputs
     provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
     fingerprints: dict[int, str] = field(default_factory=dict)
+    # for the plate, which may live elsewhere (plates on S3, outputs on local disk, ...)
+    plate_storage_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,7 +224,7 @@ class _ChunkRunner:
 
     def _read(self, number: int, uri: str, summary: FrameSummary) -> _Prepared:
         t0 = time.perf_counter()
-        data = fetch_bytes(uri, self.job.storage_options or None, frame=number)
+        data = fetch_bytes(uri, self.job.plate_storage_options or None, frame=number)
         summary.plate_sha256 = hashlib.sha256(data).hexdigest()
         summary.plate_size = len(data)
         plate = decode_frame(data, uri, frame=number)

@@ -1,0 +1,219 @@
+"""How long a bucket scan takes, and what it asks of the store.
+
+Fills a moto S3 server on loopback with SHOTS x FRAMES plate objects under the naming
+template, then times three scans against a catalog (SQLite by default; PostgreSQL with
+``--catalog-url``):
+
+1. everything new (empty catalog; a dry run, so nothing is processed);
+2. nothing new (the catalog knows every frame as read with its ETag);
+3. one frame of one shot re-uploaded.
+
+For each: wall time, sequences by decision, and the S3 requests the scan made by operation
+(counted with botocore's before-call event on the scan's own client). Target (issue 5): under
+10 s for 200 x 100, and a scan with nothing new issues nothing but the listing.
+
+    python -m bench.scan                       # 200 shots x 100 frames, SQLite
+    python -m bench.scan --catalog-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+TEMPLATE = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RequestCounter:
+    """S3 operations made through one s3fs filesystem (its aiobotocore client's events)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.calls: Counter[str] = Counter()
+        fs.connect()
+        fs.s3.meta.events.register("before-call.s3", self._count)
+
+    def _count(self, model: Any = None, **_: Any) -> None:
+        self.calls[model.name if model is not None else "?"] += 1
+
+    def take(self) -> dict[str, int]:
+        calls = dict(self.calls)
+        self.calls.clear()
+        return calls
+
+
+def fill_bucket(fs: Any, bucket: str, shots: int, frames: int) -> None:
+    batch: dict[str, bytes] = {}
+    for s in range(shots):
+        for f in range(1001, 1001 + frames):
+            key = f"{bucket}/show{s % 4}/sq{s // 10:03d}/sh{s:04d}/plates/bg01/p.{f}.exr"
+            batch[key] = f"{s}:{f}".encode()
+            if len(batch) >= 2000:
+                fs.pipe(batch)
+                batch = {}
+    if batch:
+        fs.pipe(batch)
+
+
+def know_everything(catalog: Any, report: Any) -> None:
+    """Record every listed frame as read with its ETag, as a finished run would have."""
+    from sqlalchemy import update
+
+    from schemas.catalog.models import PlateFrame
+    from schemas.spec import parse_spec
+    from schemas.summaries import PlateInfo
+
+    for decision in report.sequences:
+        show, seq, shot, element = decision.shot.split("/")
+        frames = sorted(decision.redo)
+        info = PlateInfo(
+            pattern=decision.plate,
+            frames=tuple(frames),
+            holes=(),
+            width=64,
+            height=64,
+            data_window=(0, 0, 63, 63),
+            display_window=(0, 0, 63, 63),
+            pixel_aspect=1.0,
+            colorspace="lin_rec709",
+            colorspace_guessed=False,
+            fingerprints=report.fingerprints[decision.plate],
+        )
+        spec = parse_spec(
+            {
+                "plate": decision.plate,
+                "show": show,
+                "sequence": seq,
+                "shot": shot,
+                "element": element,
+            }
+        )
+        job = catalog.register_job(spec, info)
+        catalog.finish_job(job, "complete")
+    with catalog.engine.begin() as conn:
+        conn.execute(update(PlateFrame).values(sha256="0" * 64))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shots", type=int, default=200)
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--catalog-url", default=None, help="default: a temporary SQLite file")
+    args = parser.parse_args()
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    from flows.scan import ScanDefaults, scan_bucket
+    from schemas.catalog import open_catalog
+    from schemas.settings import Settings
+    from storage.uri import filesystem_for
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request lines
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        work = Path(tempfile.mkdtemp(prefix="svfx-bench-scan-"))
+        settings = Settings(home=work, s3_endpoint_url=endpoint)
+        url = "s3://bench-plates"
+        loader = s3fs.S3FileSystem(
+            client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True
+        )
+        loader.mkdir("bench-plates")
+        t0 = time.perf_counter()
+        fill_bucket(loader, "bench-plates", args.shots, args.frames)
+        print(f"uploaded {args.shots * args.frames} objects in {time.perf_counter() - t0:.1f} s")
+
+        catalog = open_catalog(args.catalog_url or f"sqlite:///{work / 'catalog.db'}")
+        if args.catalog_url:  # a shared database: start from an empty catalog
+            from schemas.catalog.models import Base
+
+            Base.metadata.drop_all(catalog.engine)
+            catalog = open_catalog(args.catalog_url)
+        scan_fs, _ = filesystem_for(url, settings.storage_options_for(url))
+        counter = RequestCounter(scan_fs)
+
+        class NoSubmit:
+            def in_flight(self) -> dict[str, str]:
+                return {}
+
+            def submit(self, spec: Any, *, reason: str) -> str:
+                raise AssertionError("the bench never submits")
+
+        def scan(label: str, dry_run: bool) -> Any:
+            start = time.perf_counter()
+            report = scan_bucket(
+                [url],
+                TEMPLATE,
+                catalog=catalog,
+                submitter=NoSubmit(),
+                settings=settings,
+                defaults=ScanDefaults(settle_seconds=0, max_in_flight=10**6),
+                dry_run=dry_run,
+            )
+            seconds = time.perf_counter() - start
+            rows.append((label, seconds, report.counts(), counter.take()))
+            return report
+
+        rows: list[tuple[str, float, dict[str, int], dict[str, int]]] = []
+        first = scan("all new (dry run)", dry_run=True)
+        first.fingerprints = _fingerprints(first, scan_fs, url)  # type: ignore[attr-defined]
+        counter.take()  # the bench's own listing above is not the scan's
+        know_everything(catalog, first)
+        scan("nothing new", dry_run=True)
+        loader.pipe({"bench-plates/show1/sq000/sh0001/plates/bg01/p.1050.exr": b"re-pulled"})
+        changed = scan("one frame re-uploaded (dry run)", dry_run=True)
+        (redo,) = [d for d in changed.sequences if d.action == "changed"]
+        assert redo.redo == [1050], redo
+
+        print(
+            f"\n{args.shots} shots x {args.frames} frames on moto, catalog "
+            f"{catalog.engine.dialect.name}\n"
+        )
+        print("| scan | seconds | sequences | S3 requests |")
+        print("|---|---|---|---|")
+        for label, seconds, counts, calls in rows:
+            decided = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+            requests = ", ".join(f"{v} {k}" for k, v in sorted(calls.items()))
+            print(f"| {label} | {seconds:.2f} | {decided} | {requests} |")
+    finally:
+        server.stop()
+
+
+def _fingerprints(report: Any, fs: Any, url: str) -> dict[str, dict[int, tuple[int, str]]]:
+    """plate -> frame -> (size, fingerprint) as the scan saw them (from one more listing)."""
+    from flows.plate_template import PlateTemplate
+    from storage.object_listing import list_objects
+
+    template = PlateTemplate.parse(TEMPLATE)
+    found: dict[str, dict[int, tuple[int, str]]] = {}
+    for obj in list_objects(url, fs.storage_options):
+        match = template.match(obj.key)
+        if match:
+            found.setdefault(f"{url}/{match.pattern}", {})[match.frame] = (
+                obj.size,
+                obj.fingerprint,
+            )
+    return found
+
+
+if __name__ == "__main__":
+    main()
