@@ -2,7 +2,7 @@
 
 Fills a moto S3 server on loopback with SHOTS x FRAMES plate objects under the naming
 template, then times three scans against a catalog (SQLite by default; PostgreSQL with
-``--catalog-url``):
+``--postgres``):
 
 1. everything new (empty catalog; a dry run, so nothing is processed);
 2. nothing new (the catalog knows every frame as read with its ETag);
@@ -13,28 +13,24 @@ For each: wall time, sequences by decision, and the S3 requests the scan made by
 10 s for 200 x 100, and a scan with nothing new issues nothing but the listing.
 
     python -m bench.scan                       # 200 shots x 100 frames, SQLite
-    python -m bench.scan --catalog-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    python -m bench.scan --postgres           # the catalog on the local PostgreSQL server
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
-import socket
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import DEFAULT_PG_ADMIN, free_port, pg_database
+
 TEMPLATE = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RequestCounter:
@@ -54,17 +50,18 @@ class RequestCounter:
         return calls
 
 
-def fill_bucket(fs: Any, bucket: str, shots: int, frames: int) -> None:
-    batch: dict[str, bytes] = {}
+def fill_bucket(bucket: str, shots: int, frames: int) -> None:
+    """Straight into the in-process moto server's backend: 20,000 PUTs over HTTP take minutes
+    and are not what is measured."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    partitions = s3_backends[DEFAULT_ACCOUNT_ID]
+    backend = partitions["aws"] if "aws" in partitions else partitions["global"]
     for s in range(shots):
         for f in range(1001, 1001 + frames):
-            key = f"{bucket}/show{s % 4}/sq{s // 10:03d}/sh{s:04d}/plates/bg01/p.{f}.exr"
-            batch[key] = f"{s}:{f}".encode()
-            if len(batch) >= 2000:
-                fs.pipe(batch)
-                batch = {}
-    if batch:
-        fs.pipe(batch)
+            key = f"show{s % 4}/sq{s // 10:03d}/sh{s:04d}/plates/bg01/p.{f}.exr"
+            backend.put_object(bucket, key, f"{s}:{f}".encode())
 
 
 def know_everything(catalog: Any, report: Any) -> None:
@@ -110,7 +107,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shots", type=int, default=200)
     parser.add_argument("--frames", type=int, default=100)
-    parser.add_argument("--catalog-url", default=None, help="default: a temporary SQLite file")
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const=DEFAULT_PG_ADMIN,
+        default=None,
+        help="catalog in a throwaway database on this PostgreSQL server (default: SQLite)",
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
@@ -120,13 +123,10 @@ def main() -> None:
     import s3fs
     from moto.server import ThreadedMotoServer
 
-    from flows.scan import ScanDefaults, scan_bucket
-    from schemas.catalog import open_catalog
     from schemas.settings import Settings
-    from storage.uri import filesystem_for
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request lines
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -139,63 +139,73 @@ def main() -> None:
         )
         loader.mkdir("bench-plates")
         t0 = time.perf_counter()
-        fill_bucket(loader, "bench-plates", args.shots, args.frames)
+        fill_bucket("bench-plates", args.shots, args.frames)
         print(f"uploaded {args.shots * args.frames} objects in {time.perf_counter() - t0:.1f} s")
 
-        catalog = open_catalog(args.catalog_url or f"sqlite:///{work / 'catalog.db'}")
-        if args.catalog_url:  # a shared database: start from an empty catalog
-            from schemas.catalog.models import Base
-
-            Base.metadata.drop_all(catalog.engine)
-            catalog = open_catalog(args.catalog_url)
-        scan_fs, _ = filesystem_for(url, settings.storage_options_for(url))
-        counter = RequestCounter(scan_fs)
-
-        class NoSubmit:
-            def in_flight(self) -> dict[str, str]:
-                return {}
-
-            def submit(self, spec: Any, *, reason: str) -> str:
-                raise AssertionError("the bench never submits")
-
-        def scan(label: str, dry_run: bool) -> Any:
-            start = time.perf_counter()
-            report = scan_bucket(
-                [url],
-                TEMPLATE,
-                catalog=catalog,
-                submitter=NoSubmit(),
-                settings=settings,
-                defaults=ScanDefaults(settle_seconds=0, max_in_flight=10**6),
-                dry_run=dry_run,
+        with contextlib.ExitStack() as stack:
+            url_db = (
+                stack.enter_context(pg_database(args.postgres, "svfx_bench_scan"))
+                if args.postgres
+                else f"sqlite:///{work / 'catalog.db'}"
             )
-            seconds = time.perf_counter() - start
-            rows.append((label, seconds, report.counts(), counter.take()))
-            return report
-
-        rows: list[tuple[str, float, dict[str, int], dict[str, int]]] = []
-        first = scan("all new (dry run)", dry_run=True)
-        first.fingerprints = _fingerprints(first, scan_fs, url)  # type: ignore[attr-defined]
-        counter.take()  # the bench's own listing above is not the scan's
-        know_everything(catalog, first)
-        scan("nothing new", dry_run=True)
-        loader.pipe({"bench-plates/show1/sq000/sh0001/plates/bg01/p.1050.exr": b"re-pulled"})
-        changed = scan("one frame re-uploaded (dry run)", dry_run=True)
-        (redo,) = [d for d in changed.sequences if d.action == "changed"]
-        assert redo.redo == [1050], redo
-
-        print(
-            f"\n{args.shots} shots x {args.frames} frames on moto, catalog "
-            f"{catalog.engine.dialect.name}\n"
-        )
-        print("| scan | seconds | sequences | S3 requests |")
-        print("|---|---|---|---|")
-        for label, seconds, counts, calls in rows:
-            decided = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-            requests = ", ".join(f"{v} {k}" for k, v in sorted(calls.items()))
-            print(f"| {label} | {seconds:.2f} | {decided} | {requests} |")
+            run(url, url_db, settings, loader, args)
     finally:
         server.stop()
+
+
+def run(url: str, catalog_url: str, settings: Any, loader: Any, args: Any) -> None:
+    from flows.scan import ScanDefaults, scan_bucket
+    from schemas.catalog import open_catalog
+    from storage.uri import filesystem_for
+
+    catalog = open_catalog(catalog_url)
+    scan_fs, _ = filesystem_for(url, settings.storage_options_for(url))
+    counter = RequestCounter(scan_fs)
+
+    class NoSubmit:
+        def in_flight(self) -> dict[str, str]:
+            return {}
+
+        def submit(self, spec: Any, *, reason: str) -> str:
+            raise AssertionError("the bench never submits")
+
+    def scan(label: str, dry_run: bool) -> Any:
+        start = time.perf_counter()
+        report = scan_bucket(
+            [url],
+            TEMPLATE,
+            catalog=catalog,
+            submitter=NoSubmit(),
+            settings=settings,
+            defaults=ScanDefaults(settle_seconds=0, max_in_flight=10**6),
+            dry_run=dry_run,
+        )
+        seconds = time.perf_counter() - start
+        rows.append((label, seconds, report.counts(), counter.take()))
+        return report
+
+    rows: list[tuple[str, float, dict[str, int], dict[str, int]]] = []
+    first = scan("all new (dry run)", dry_run=True)
+    first.fingerprints = _fingerprints(first, scan_fs, url)  # type: ignore[attr-defined]
+    counter.take()  # the bench's own listing above is not the scan's
+    know_everything(catalog, first)
+    scan("nothing new", dry_run=True)
+    loader.pipe({"bench-plates/show1/sq000/sh0001/plates/bg01/p.1050.exr": b"re-pulled"})
+    changed = scan("one frame re-uploaded (dry run)", dry_run=True)
+    (redo,) = [d for d in changed.sequences if d.action == "changed"]
+    assert redo.redo == [1050], redo
+
+    print(
+        f"\n{args.shots} shots x {args.frames} frames on moto, catalog "
+        f"{catalog.engine.dialect.name}\n"
+    )
+    print("| scan | seconds | sequences | S3 requests |")
+    print("|---|---|---|---|")
+    for label, seconds, counts, calls in rows:
+        decided = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        requests = ", ".join(f"{v} {k}" for k, v in sorted(calls.items()))
+        print(f"| {label} | {seconds:.2f} | {decided} | {requests} |")
+    catalog.close()
 
 
 def _fingerprints(report: Any, fs: Any, url: str) -> dict[str, dict[int, tuple[int, str]]]:

@@ -8,7 +8,8 @@ outputs), a LocalCluster, the ephemeral Prefect API and local disk. Production s
 
 ``svfx.toml`` is looked up at ``$SVFX_CONFIG``, then ``./svfx.toml``, then
 ``$SVFX_HOME/svfx.toml``; its keys are the field names below (``catalog_url = "..."``).
-Environment variables win over the file.
+Environment variables win over the file. ``SVFX_API_TOKEN`` enables the catalog API's write
+endpoints (bearer token); unset, they are refused.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None
     local_workers: int = 2  # LocalCluster worker processes when no address is given
     chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker
+    api_token: str | None = None  # bearer token of the API's write endpoints; None: disabled
     # The scheduled bucket scan (`svfx serve`): prefixes, naming template and schedule.
     scan_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     scan_template: str = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"

@@ -17,7 +17,7 @@ PassName = Literal["normal", "pointmap", "albedo", "matte", "seg", "pose"]
 ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
 MODEL_SIZES: tuple[str, ...] = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b")
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
 
@@ -90,7 +90,7 @@ class ShotSpec(BaseModel):
     @field_validator("show", "sequence", "shot", "element")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
+        if value is not None and not NAME.match(value):
             raise ValueError(
                 f"{value!r} is not a usable name (letters, digits, '_', '.', '-'; "
                 "starting with a letter or digit; at most 64 characters)"

@@ -2,7 +2,7 @@
 
 Every function takes an Engine, Connection or Session first, then filters; filters travel as
 bound parameters only. Timestamps are ISO 8601 strings in UTC. Lists that can grow long take
-``limit`` and ``offset``.
+``limit`` and ``offset``; the ``count_*`` functions give the totals behind their pages.
 """
 
 from __future__ import annotations
@@ -12,7 +12,17 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, distinct, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    distinct,
+    false,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from schemas.catalog import models as m
@@ -41,6 +51,13 @@ def _page(stmt: Select[Any], limit: int, offset: int) -> Select[Any]:
     if limit < 0 or offset < 0:
         raise ValueError(f"limit and offset must not be negative (got {limit}, {offset})")
     return stmt.limit(limit).offset(offset)
+
+
+def _count(bind: Bind, stmt: Select[Any]) -> int:
+    """How many rows ``stmt`` selects (its ORDER BY dropped): the total behind a page."""
+    counted = select(func.count()).select_from(stmt.order_by(None).subquery())
+    with reading(bind) as conn:
+        return int(conn.execute(counted).scalar_one())
 
 
 def join_shot(stmt: Select[Any], shot_id: Any) -> Select[Any]:
@@ -126,6 +143,31 @@ def _output_dict(row: Any) -> dict[str, Any]:
     return out
 
 
+def _shots_select(
+    show: str | None, sequence: str | None, shot: str | None, *extra: Any
+) -> Select[Any]:
+    stmt = (
+        select(m.Shot.id, *_SHOT_NAMES, *extra)
+        .select_from(m.Shot)
+        .join(m.Sequence, m.Sequence.id == m.Shot.sequence_id)
+        .join(m.Show, m.Show.id == m.Sequence.show_id)
+    )
+    return filter_shot(stmt, show, sequence, shot)
+
+
+def count_shots(
+    bind: Bind, show: str | None = None, sequence: str | None = None, shot: str | None = None
+) -> int:
+    """How many shots ``shot_coverage`` pages through with these filters."""
+    return _count(bind, _shots_select(show, sequence, shot))
+
+
+def show_names(bind: Bind) -> list[str]:
+    """Every show's name, sorted."""
+    with reading(bind) as conn:
+        return list(conn.execute(select(m.Show.name).order_by(m.Show.name)).scalars())
+
+
 def shot_coverage(
     bind: Bind,
     show: str | None = None,
@@ -153,14 +195,9 @@ def shot_coverage(
         .correlate(m.Shot)
         .scalar_subquery()
     )
-    stmt = (
-        select(m.Shot.id, *_SHOT_NAMES, newest_plate.label("plate_id"), newest_job.label("job_id"))
-        .select_from(m.Shot)
-        .join(m.Sequence, m.Sequence.id == m.Shot.sequence_id)
-        .join(m.Show, m.Show.id == m.Sequence.show_id)
-        .order_by(m.Show.name, m.Sequence.name, m.Shot.name)
-    )
-    stmt = filter_shot(stmt, show, sequence, shot)
+    stmt = _shots_select(
+        show, sequence, shot, newest_plate.label("plate_id"), newest_job.label("job_id")
+    ).order_by(m.Show.name, m.Sequence.name, m.Shot.name)
     with reading(bind) as conn:
         shots = conn.execute(_page(stmt, limit, offset)).all()
         plate_ids = [r.plate_id for r in shots if r.plate_id is not None]
@@ -203,6 +240,29 @@ def shot_coverage(
     return result
 
 
+def _shot_outputs_select(
+    show: str, sequence: str, shot: str, pass_name: str | None, kind: str | None
+) -> Select[Any]:
+    stmt = filter_shot(_outputs_select(), show, sequence, shot)
+    if pass_name is not None:
+        stmt = stmt.where(m.Output.pass_name == pass_name)
+    if kind is not None:
+        stmt = stmt.where(m.Output.kind == kind)
+    return stmt
+
+
+def count_outputs(
+    bind: Bind,
+    show: str,
+    sequence: str,
+    shot: str,
+    pass_name: str | None = None,
+    kind: str | None = None,
+) -> int:
+    """How many outputs ``shot_outputs`` pages through with these filters."""
+    return _count(bind, _shot_outputs_select(show, sequence, shot, pass_name, kind))
+
+
 def shot_outputs(
     bind: Bind,
     show: str,
@@ -214,11 +274,7 @@ def shot_outputs(
     offset: int = 0,
 ) -> list[dict[str, Any]]:
     """A shot's outputs, newest first."""
-    stmt = filter_shot(_outputs_select(), show, sequence, shot)
-    if pass_name is not None:
-        stmt = stmt.where(m.Output.pass_name == pass_name)
-    if kind is not None:
-        stmt = stmt.where(m.Output.kind == kind)
+    stmt = _shot_outputs_select(show, sequence, shot, pass_name, kind)
     stmt = stmt.order_by(m.Output.created_at.desc(), m.Output.id.desc())
     with reading(bind) as conn:
         return [_output_dict(r) for r in conn.execute(_page(stmt, limit, offset))]
@@ -338,6 +394,32 @@ def _job_dict(row: Any) -> dict[str, Any]:
     }
 
 
+def _jobs_filtered(
+    show: str | None,
+    sequence: str | None,
+    shot: str | None,
+    status: str | None,
+    job_id: int | None,
+) -> Select[Any]:
+    stmt = filter_shot(_jobs_select(), show, sequence, shot)
+    if status is not None:
+        stmt = stmt.where(m.Job.status == status)
+    if job_id is not None:
+        stmt = stmt.where(m.Job.id == job_id)
+    return stmt
+
+
+def count_jobs(
+    bind: Bind,
+    show: str | None = None,
+    sequence: str | None = None,
+    shot: str | None = None,
+    status: str | None = None,
+) -> int:
+    """How many jobs ``jobs`` pages through with these filters."""
+    return _count(bind, _jobs_filtered(show, sequence, shot, status, None))
+
+
 def jobs(
     bind: Bind,
     show: str | None = None,
@@ -349,11 +431,7 @@ def jobs(
     offset: int = 0,
 ) -> list[dict[str, Any]]:
     """Jobs, newest first, each with its failed frames (``failed_frames``: frame, error)."""
-    stmt = filter_shot(_jobs_select(), show, sequence, shot)
-    if status is not None:
-        stmt = stmt.where(m.Job.status == status)
-    if job_id is not None:
-        stmt = stmt.where(m.Job.id == job_id)
+    stmt = _jobs_filtered(show, sequence, shot, status, job_id)
     stmt = stmt.order_by(m.Job.created_at.desc(), m.Job.id.desc())
     with reading(bind) as conn:
         rows = conn.execute(_page(stmt, limit, offset)).all()
@@ -373,15 +451,7 @@ def jobs(
     return result
 
 
-def invalidated_by(
-    bind: Bind,
-    plate_sha256: str | None = None,
-    checkpoint_sha256: str | None = None,
-    limit: int = 1000,
-    offset: int = 0,
-) -> list[dict[str, Any]]:
-    """Outputs made from a plate frame with this checksum, or with this checkpoint (directly or
-    as an input, e.g. seg for pose): what a re-pulled plate or a new checkpoint makes stale."""
+def _made_from(plate_sha256: str | None, checkpoint_sha256: str | None) -> ColumnElement[bool]:
     if plate_sha256 is None and checkpoint_sha256 is None:
         raise ValueError("invalidated_by needs plate_sha256 or checkpoint_sha256 (or both)")
     conditions = []
@@ -394,9 +464,29 @@ def invalidated_by(
             .where(m.Checkpoint.sha256 == checkpoint_sha256)
         )
         conditions.append(m.Output.id.in_(made_with))
+    return or_(*conditions)
+
+
+def count_invalidated_by(
+    bind: Bind, plate_sha256: str | None = None, checkpoint_sha256: str | None = None
+) -> int:
+    """How many outputs ``invalidated_by`` pages through."""
+    stmt = select(m.Output.id).where(_made_from(plate_sha256, checkpoint_sha256))
+    return _count(bind, stmt)
+
+
+def invalidated_by(
+    bind: Bind,
+    plate_sha256: str | None = None,
+    checkpoint_sha256: str | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Outputs made from a plate frame with this checksum, or with this checkpoint (directly or
+    as an input, e.g. seg for pose): what a re-pulled plate or a new checkpoint makes stale."""
     stmt = (
         _outputs_select()
-        .where(or_(*conditions))
+        .where(_made_from(plate_sha256, checkpoint_sha256))
         .order_by(
             m.Show.name,
             m.Sequence.name,
@@ -408,3 +498,110 @@ def invalidated_by(
     )
     with reading(bind) as conn:
         return [_output_dict(r) for r in conn.execute(_page(stmt, limit, offset))]
+
+
+# -- what the web pages ask ----------------------------------------------------------------
+def shot_plates(bind: Bind, show: str, sequence: str, shot: str) -> list[dict[str, Any]]:
+    """The shot's plates, newest first, each with the number of frames recorded."""
+    stmt = (
+        select(
+            m.Plate.id,
+            m.Plate.pattern,
+            m.Plate.first_frame,
+            m.Plate.last_frame,
+            m.Plate.width,
+            m.Plate.height,
+            m.Plate.data_window,
+            m.Plate.display_window,
+            m.Plate.pixel_aspect,
+            m.Plate.colorspace,
+            m.Plate.colorspace_guessed,
+            m.Plate.created_at,
+            m.Plate.updated_at,
+            func.count(m.PlateFrame.id).label("frames"),
+        )
+        .select_from(m.Plate)
+        .outerjoin(m.PlateFrame, m.PlateFrame.plate_id == m.Plate.id)
+        .group_by(m.Plate.id)
+        .order_by(m.Plate.updated_at.desc(), m.Plate.id.desc())
+    )
+    stmt = with_shot(stmt, m.Plate.shot_id, show, sequence, shot)
+    with reading(bind) as conn:
+        rows = [dict(r._mapping) for r in conn.execute(stmt)]
+    for row in rows:
+        row["created_at"], row["updated_at"] = iso(row["created_at"]), iso(row["updated_at"])
+    return rows
+
+
+def untrained_jobs(bind: Bind, job_ids: list[int]) -> set[int]:
+    """The jobs among ``job_ids`` with an output that depends on a checkpoint recorded as
+    untrained (random weights), directly or as an input (seg for pose)."""
+    if not job_ids:
+        return set()
+    stmt = (
+        select(m.Output.job_id)
+        .distinct()
+        .join(m.OutputCheckpoint, m.OutputCheckpoint.output_id == m.Output.id)
+        .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
+        .where(m.Output.job_id.in_(job_ids), m.Checkpoint.trained == false())
+    )
+    with reading(bind) as conn:
+        return set(conn.execute(stmt).scalars())
+
+
+def job_provenance(bind: Bind, job_id: int) -> list[dict[str, Any]]:
+    """The distinct provenance records (digest, data) of a job's outputs."""
+    used = select(m.Output.provenance_id).where(m.Output.job_id == job_id)
+    stmt = (
+        select(m.Provenance.digest, m.Provenance.data)
+        .where(m.Provenance.id.in_(used))
+        .order_by(m.Provenance.id)
+    )
+    with reading(bind) as conn:
+        return [{"digest": r.digest, "data": r.data} for r in conn.execute(stmt)]
+
+
+def preview_outputs(
+    bind: Bind, show: str, sequence: str, shot: str, frames_per_pass: int = 8
+) -> list[dict[str, Any]]:
+    """Preview images of the shot's first ``frames_per_pass`` frames of each pass (the newest
+    preview of each frame), ordered by pass and frame. Keys: id, pass_name, frame, uri."""
+    newest = (
+        func.row_number()
+        .over(
+            partition_by=(m.Output.pass_name, m.Output.frame),
+            order_by=(m.Output.created_at.desc(), m.Output.id.desc()),
+        )
+        .label("newest")
+    )
+    previews = with_shot(
+        select(m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest),
+        m.Output.shot_id,
+        show,
+        sequence,
+        shot,
+    ).where(m.Output.kind == "preview")
+    latest = previews.subquery()
+    rank = func.dense_rank().over(partition_by=latest.c.pass_name, order_by=latest.c.frame)
+    ranked = (
+        select(latest.c.id, latest.c.pass_name, latest.c.frame, latest.c.uri, rank.label("rank"))
+        .where(latest.c.newest == 1)
+        .subquery()
+    )
+    stmt = (
+        select(ranked.c.id, ranked.c.pass_name, ranked.c.frame, ranked.c.uri)
+        .where(ranked.c["rank"] <= frames_per_pass)
+        .order_by(ranked.c.pass_name, ranked.c.frame)
+    )
+    with reading(bind) as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def output_file(bind: Bind, output_id: int) -> dict[str, Any] | None:
+    """An output's id, kind, URI and sha256 by its catalog id (None when unknown)."""
+    stmt = select(m.Output.id, m.Output.kind, m.Output.uri, m.Output.sha256).where(
+        m.Output.id == output_id
+    )
+    with reading(bind) as conn:
+        row = conn.execute(stmt).one_or_none()
+    return dict(row._mapping) if row is not None else None

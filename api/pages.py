@@ -1,0 +1,99 @@
+"""Server-rendered pages (Jinja2, inline CSS, no scripts, nothing fetched from elsewhere):
+``/`` lists shows and shots with per-pass coverage, ``/shots/{show}/{seq}/{shot}`` shows one
+shot's contact sheets, thumbnails, jobs, failed frames and provenance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from api import views
+from api.context import ApiContext, context
+from api.files import contact_sheet_uri, image_exists, servable
+from api.params import Limit, Offset, SequencePath, ShotPath, ShowPath, ShowQuery
+from schemas.catalog import queries
+from schemas.spec import ALL_PASSES
+
+router = APIRouter(include_in_schema=False)
+Ctx = Annotated[ApiContext, Depends(context)]
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+THUMBS_PER_PASS = 8
+# Pages load images from this server only, run no scripts and post forms only here.
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def _when(value: str | None) -> str:
+    return f"{value[:19].replace('T', ' ')} UTC" if value else ""
+
+
+templates.env.filters["when"] = _when
+
+
+def pass_order(names: set[str]) -> list[str]:
+    """Known passes in pipeline order, then any others by name."""
+    return [p for p in ALL_PASSES if p in names] + sorted(names - set(ALL_PASSES))
+
+
+def _provenance_view(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Split a provenance record for display: environment values, checkpoints per pass, the
+    colour transform and the tiling."""
+    data = dict(record["data"])
+    nested = {k: data.pop(k) for k in ("checkpoints", "colour", "tiling") if k in data}
+    environment = {k: v for k, v in data.items() if not isinstance(v, dict | list)}
+    return {"digest": record["digest"], "environment": environment, **nested}
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(
+    request: Request, ctx: Ctx, show: ShowQuery = None, limit: Limit = 100, offset: Offset = 0
+) -> HTMLResponse:
+    listing = views.shot_list(ctx.engine, show, None, None, limit, offset)
+    passes = pass_order({p for item in listing["items"] for p in item["passes"]})
+    context = {
+        "listing": listing,
+        "passes": passes,
+        "shows": queries.show_names(ctx.engine),
+        "show": show,
+    }
+    return templates.TemplateResponse(request, "index.html", context, headers=HEADERS)
+
+
+@router.get("/shots/{show}/{sequence}/{shot}", response_class=HTMLResponse)
+def shot_page(
+    request: Request, ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath
+) -> HTMLResponse:
+    engine = ctx.engine
+    detail = views.shot_detail(engine, show, sequence, shot)
+    if detail is None:
+        missing = {"what": f"shot {show}/{sequence}/{shot}"}
+        return templates.TemplateResponse(
+            request, "missing.html", missing, status_code=404, headers=HEADERS
+        )
+    thumbs: dict[str, list[dict[str, Any]]] = {}
+    for preview in queries.preview_outputs(engine, show, sequence, shot, THUMBS_PER_PASS):
+        if servable(ctx.settings, preview["uri"]):  # else /files would refuse it
+            thumbs.setdefault(preview["pass_name"], []).append(preview)
+    passes = pass_order(set(thumbs) | set(detail["coverage"]["passes"]))
+    sheets = {}
+    for name in passes:
+        uri = contact_sheet_uri(detail["jobs"], ctx.settings, show, sequence, shot, name)
+        sheets[name] = uri is not None and image_exists(ctx.settings, uri)
+    context = {
+        "d": detail,
+        "passes": passes,
+        "thumbs": thumbs,
+        "sheets": sheets,
+        "provenance": [_provenance_view(p) for p in detail["provenance"]],
+    }
+    return templates.TemplateResponse(request, "shot.html", context, headers=HEADERS)

@@ -1,0 +1,187 @@
+"""The JSON read API under ``/api``: shots and their coverage, outputs, jobs, provenance and
+what a plate or checkpoint made. Every filter is a typed parameter that reaches the database
+as a bound parameter."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException
+
+from api import views
+from api.context import ApiContext, context
+from api.params import (
+    FrameQuery,
+    JobIdPath,
+    KindQuery,
+    Limit,
+    Offset,
+    PassQuery,
+    PathQuery,
+    SequencePath,
+    SequenceQuery,
+    Sha256Query,
+    ShotPath,
+    ShotQuery,
+    ShowPath,
+    ShowQuery,
+    StatusQuery,
+)
+from api.responses import (
+    Coverage,
+    Job,
+    Output,
+    OutputProvenance,
+    Page,
+    Problem,
+    ShotDetail,
+)
+from schemas.catalog import queries
+
+router = APIRouter(prefix="/api")
+Ctx = Annotated[ApiContext, Depends(context)]
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "unknown"}}
+
+
+def _no_shot(show: str, sequence: str, shot: str) -> HTTPException:
+    return HTTPException(404, f"the catalog has no shot {show}/{sequence}/{shot}")
+
+
+@router.get(
+    "/shots",
+    tags=["shots"],
+    summary="Shots with per-pass coverage",
+    response_model=Page[Coverage],
+)
+def list_shots(
+    ctx: Ctx,
+    show: ShowQuery = None,
+    sequence: SequenceQuery = None,
+    shot: ShotQuery = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    """Shots sorted by show, sequence and shot: the newest plate's frame count, per pass the
+    frames that have an output, and the newest job's status."""
+    return views.shot_list(ctx.engine, show, sequence, shot, limit, offset)
+
+
+@router.get(
+    "/shots/{show}/{sequence}/{shot}",
+    tags=["shots"],
+    summary="One shot: coverage, plates, jobs, provenance",
+    response_model=ShotDetail,
+    responses=NOT_FOUND,
+)
+def get_shot(ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath) -> dict[str, Any]:
+    """The shot's coverage, its plates, its newest jobs with every failed frame and its
+    reason, and the provenance of the newest job's outputs."""
+    detail = views.shot_detail(ctx.engine, show, sequence, shot)
+    if detail is None:
+        raise _no_shot(show, sequence, shot)
+    return detail
+
+
+@router.get(
+    "/shots/{show}/{sequence}/{shot}/outputs",
+    tags=["shots"],
+    summary="A shot's outputs, newest first",
+    response_model=Page[Output],
+    responses=NOT_FOUND,
+)
+def list_outputs(
+    ctx: Ctx,
+    show: ShowPath,
+    sequence: SequencePath,
+    shot: ShotPath,
+    pass_name: PassQuery = None,
+    kind: KindQuery = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    engine = ctx.engine
+    if not views.shot_exists(engine, show, sequence, shot):
+        raise _no_shot(show, sequence, shot)
+    items = queries.shot_outputs(
+        engine, show, sequence, shot, pass_name=pass_name, kind=kind, limit=limit, offset=offset
+    )
+    total = queries.count_outputs(engine, show, sequence, shot, pass_name, kind)
+    return views.page(items, total, limit, offset)
+
+
+@router.get(
+    "/shots/{show}/{sequence}/{shot}/jobs",
+    tags=["jobs"],
+    summary="A shot's jobs, newest first",
+    response_model=Page[Job],
+    responses=NOT_FOUND,
+)
+def list_shot_jobs(
+    ctx: Ctx,
+    show: ShowPath,
+    sequence: SequencePath,
+    shot: ShotPath,
+    status: StatusQuery = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    if not views.shot_exists(ctx.engine, show, sequence, shot):
+        raise _no_shot(show, sequence, shot)
+    return views.job_list(ctx.engine, show, sequence, shot, status, limit, offset)
+
+
+@router.get(
+    "/jobs/{job_id}",
+    tags=["jobs"],
+    summary="One job with its failed frames",
+    response_model=Job,
+    responses=NOT_FOUND,
+)
+def get_job(ctx: Ctx, job_id: JobIdPath) -> dict[str, Any]:
+    job = views.find_job(ctx.engine, job_id)
+    if job is None:
+        raise HTTPException(404, f"the catalog has no job {job_id}")
+    return job
+
+
+@router.get(
+    "/provenance",
+    tags=["provenance"],
+    summary="How an output file was made",
+    response_model=OutputProvenance,
+    responses=NOT_FOUND,
+)
+def get_provenance(ctx: Ctx, path: PathQuery, frame: FrameQuery = None) -> dict[str, Any]:
+    """The outputs stored at ``path`` (one per pass/part/frame) with their checkpoints,
+    provenance (platform, torch, CUDA, device, precision, colour transform, tiling), jobs
+    and plate frames. ``frame`` narrows a Zarr array to one frame."""
+    found = queries.output_provenance(ctx.engine, path, frame)
+    if found is None:
+        where = f" frame {frame}" if frame is not None else ""
+        raise HTTPException(404, f"the catalog knows no output at {path}{where}")
+    return found
+
+
+@router.get(
+    "/search",
+    tags=["provenance"],
+    summary="Outputs made from a plate frame or with a checkpoint",
+    response_model=Page[Output],
+    responses={422: {"model": Problem, "description": "no checksum given"}},
+)
+def search(
+    ctx: Ctx,
+    plate_sha256: Sha256Query = None,
+    checkpoint_sha256: Sha256Query = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    """What a re-pulled plate frame (its sha256) or a checkpoint (directly, or as an input
+    such as seg for pose) made: the outputs it makes stale. Either or both checksums."""
+    if plate_sha256 is None and checkpoint_sha256 is None:
+        raise HTTPException(422, "give plate_sha256 or checkpoint_sha256 (64 hex digits)")
+    plate = plate_sha256.lower() if plate_sha256 else None
+    ckpt = checkpoint_sha256.lower() if checkpoint_sha256 else None
+    items = queries.invalidated_by(ctx.engine, plate, ckpt, limit=limit, offset=offset)
+    total = queries.count_invalidated_by(ctx.engine, plate, ckpt)
+    return views.page(items, total, limit, offset)

@@ -1,0 +1,163 @@
+"""Response bodies of the JSON API (pydantic), as the catalog's query functions return them."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a longer list: ``total`` rows match the filters."""
+
+    items: list[T]
+    total: int = Field(description="rows matching the filters, all pages together")
+    limit: int
+    offset: int
+
+
+class Coverage(BaseModel):
+    """A shot's newest plate and, per pass, how many of its frames have an output."""
+
+    show: str
+    sequence: str
+    shot: str
+    plate: str | None = Field(description="the newest plate's pattern")
+    plate_frames: int = Field(description="frames of the newest plate")
+    passes: dict[str, int] = Field(description="pass -> frames with an EXR (pose: JSON) output")
+    job_id: int | None = Field(description="the newest job")
+    job_status: str | None
+    untrained: bool = Field(
+        description="the newest job's outputs came from UNTRAINED (random-weight) models"
+    )
+
+
+class Output(BaseModel):
+    id: int
+    show: str
+    sequence: str
+    shot: str
+    job_id: int
+    pass_name: str
+    frame: int
+    kind: str
+    uri: str
+    part: str | None
+    sha256: str
+    size_bytes: int
+    shape: list[int]
+    dtype: str
+    cache_key: str
+    plate_sha256: str | None
+    checkpoint_sha256: str | None
+    created_at: str | None
+
+
+class FailedFrame(BaseModel):
+    frame: int
+    error: str | None
+
+
+class JobRecord(BaseModel):
+    id: int
+    show: str
+    sequence: str
+    shot: str
+    plate: str
+    status: str
+    submitter: str
+    flow_run_id: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    frames_total: int
+    frames_done: int
+    frames_failed: int
+    frames_skipped: int
+    message: str | None
+    spec: dict[str, Any]
+
+
+class Job(JobRecord):
+    failed_frames: list[FailedFrame] = Field(description="every failed frame and its reason")
+    untrained: bool = Field(description="made with UNTRAINED (random-weight) models")
+
+
+class Plate(BaseModel):
+    pattern: str
+    first_frame: int
+    last_frame: int
+    frames: int = Field(description="frames recorded for this plate")
+    width: int
+    height: int
+    data_window: list[int]
+    display_window: list[int]
+    pixel_aspect: float
+    colorspace: str
+    colorspace_guessed: bool
+    created_at: str | None
+    updated_at: str | None
+
+
+class ProvenanceRecord(BaseModel):
+    """Platform, torch/CUDA versions, device, precision, checkpoints, colour and tiling."""
+
+    digest: str
+    data: dict[str, Any]
+
+
+class ShotDetail(BaseModel):
+    show: str
+    sequence: str
+    shot: str
+    coverage: Coverage
+    plates: list[Plate]
+    jobs: list[Job] = Field(description="the newest jobs (see /jobs for all)")
+    jobs_total: int
+    provenance: list[ProvenanceRecord] = Field(description="of the newest job's outputs")
+    untrained: bool
+
+
+class Checkpoint(BaseModel):
+    sha256: str
+    arch: str
+    task: str
+    path: str
+    trained: bool
+    size_bytes: int | None
+    created_at: str | None
+
+
+class ProvenanceOutput(Output):
+    checkpoints: list[str] = Field(description="sha256 of every checkpoint it depends on")
+    provenance_digest: str
+
+
+class PlateFrame(BaseModel):
+    frame: int
+    uri: str | None
+    sha256: str | None
+    size_bytes: int | None
+    fingerprint: str | None
+
+
+class OutputProvenance(BaseModel):
+    uri: str
+    outputs: list[ProvenanceOutput]
+    checkpoints: list[Checkpoint]
+    provenance: list[ProvenanceRecord]
+    jobs: list[JobRecord]
+    plate_frames: list[PlateFrame]
+
+
+class Submitted(BaseModel):
+    run_id: str = Field(description="the run that will process the shot")
+    shot: str = Field(description="show/sequence/shot")
+    frames: str | None = Field(description="the frames asked for (None: the whole plate)")
+    retry_of: int | None = Field(None, description="the job whose failed frames are retried")
+
+
+class Problem(BaseModel):
+    detail: str
