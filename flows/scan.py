@@ -31,7 +31,8 @@ from typing import Any
 from schemas.catalog.catalog import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec
-from storage.object_listing import ObjectInfo, RetryPolicy, list_objects
+from storage.object_listing import ObjectInfo, list_objects
+from storage.retry import RetryPolicy
 
 from .plate_template import PlateTemplate
 from .submission import Submitter, plate_key
@@ -248,14 +249,20 @@ def _decide(
         return decision
     known = known or {}
     decision.redo = sorted(
-        frame
-        for frame, obj in sequence.frames.items()
-        if frame not in known or known[frame][1] != obj.fingerprint or not known[frame][2]
+        frame for frame, obj in sequence.frames.items() if _changed(obj, known.get(frame))
     )
     if decision.redo:
         decision.action = "changed" if known else "new"
         decision.reason = f"{len(decision.redo)} of {decision.frames} frames new or changed"
     return decision
+
+
+def _changed(obj: ObjectInfo, known: tuple[int | None, str | None, bool] | None) -> bool:
+    """Whether a worker has yet to read this object as it is now (size and ETag)."""
+    if known is None:
+        return True
+    size, fingerprint, read = known
+    return not read or fingerprint != obj.fingerprint or (size is not None and size != obj.size)
 
 
 def _gate(

@@ -22,6 +22,7 @@ from storage.errors import FrameError, reading
 from storage.exr_reader import EXR_MAGIC, read_exr
 from storage.frame import Frame
 from storage.image_reader import read_image
+from storage.retry import RetryPolicy, with_retries
 from storage.uri import filesystem_for, is_remote
 
 NonFinitePolicy = Literal["error", "zero"]
@@ -56,13 +57,20 @@ def read_frame(
     return apply_nonfinite_policy(decoded, nonfinite)
 
 
+# A frame read waits out throttling for at most a minute, then fails alone (recorded).
+READ_RETRY = RetryPolicy(attempts=6, first_wait_s=0.5, max_wait_s=8.0, deadline_s=60.0)
+
+
 def fetch_bytes(
     uri: str, storage_options: dict[str, Any] | None = None, *, frame: int | None = None
 ) -> bytes:
     """The whole object at `uri`; FrameError when it is gone, forbidden or unreadable."""
     fs, path = filesystem_for(uri, storage_options)
     with reading(uri, frame, not_found="file not found (removed after the sequence was listed?)"):
-        return bytes(fs.cat_file(path))
+        if not is_remote(uri):
+            return bytes(fs.cat_file(path))
+        # object stores throttle and drop connections: wait and retry within a bound
+        return bytes(with_retries(lambda: fs.cat_file(path), f"reading {uri}", READ_RETRY))
 
 
 def decode_frame(

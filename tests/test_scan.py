@@ -4,6 +4,7 @@ dedupe, the cap, settling uploads, listing retries and what the report names."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import s3fs
@@ -14,7 +15,8 @@ from flows.submission import plate_key
 from schemas.catalog import open_catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
-from storage.object_listing import ListingError, RetryPolicy, list_objects, with_retries
+from storage.object_listing import ListingError, list_objects
+from storage.retry import RetryPolicy, with_retries
 
 TEMPLATE = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
 
@@ -107,7 +109,7 @@ def test_retries_stop_at_the_deadline_and_name_the_prefix():
 
     policy = RetryPolicy(attempts=100, first_wait_s=1, max_wait_s=2, deadline_s=10)
     with pytest.raises(ListingError, match=r"listing s3://b/p: gave up after \d attempts") as info:
-        with_retries(throttled, "listing s3://b/p", policy, clock.sleep, clock)
+        with_retries(throttled, "listing s3://b/p", policy, clock.sleep, clock, ListingError)
     assert "503" in str(info.value)
     assert clock.now < 10 + 3 + 2  # never starts a wait that would end past the deadline
 
@@ -122,6 +124,33 @@ def test_permanent_errors_are_not_retried():
     with pytest.raises(PermissionError):
         with_retries(forbidden, "x", RetryPolicy(), clock.sleep, clock)
     assert calls == [1] and clock.sleeps == []
+
+
+def test_a_throttled_frame_read_waits_then_a_dead_store_fails_that_frame(s3_bucket, monkeypatch):
+    from storage import readers
+    from storage.errors import FrameError
+
+    url, options = s3_bucket
+    s3fs.S3FileSystem(**options).pipe(f"{url}/p.1001.exr", b"pixels")
+    monkeypatch.setattr(readers, "READ_RETRY", RetryPolicy(attempts=4, first_wait_s=0.01))
+    real, failures = s3fs.S3FileSystem.cat_file, []
+
+    def throttled(self: s3fs.S3FileSystem, path: str, *args: Any, **kwargs: Any) -> bytes:
+        if len(failures) < 2:
+            failures.append(path)
+            raise OSError("SlowDown: Please reduce your request rate")
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", throttled)
+    assert readers.fetch_bytes(f"{url}/p.1001.exr", options, frame=1001) == b"pixels"
+    assert len(failures) == 2
+
+    def down(self: s3fs.S3FileSystem, path: str, *args: Any, **kwargs: Any) -> bytes:
+        raise OSError("503 Service Unavailable")
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", down)
+    with pytest.raises(FrameError, match=r"frame 1001.*gave up after 4 attempts.*503"):
+        readers.fetch_bytes(f"{url}/p.1001.exr", options, frame=1001)
 
 
 # -- scanning a bucket ----------------------------------------------------------------------------

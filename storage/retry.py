@@ -1,0 +1,62 @@
+"""Retrying object-store requests: exponential backoff with full jitter inside a bounded total
+time, so throttling ("SlowDown", 503) or a dropped connection costs a wait, not a frame or a
+scan, and a store that stays down is reported after a known time rather than never."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("svfx.storage")
+
+
+class RetriesExhausted(OSError):
+    """A request that kept failing until the attempts or the deadline ran out."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8
+    first_wait_s: float = 0.2
+    max_wait_s: float = 5.0
+    deadline_s: float = 60.0  # total time, retries included
+
+
+# Errors that say the request itself is wrong: retrying cannot help.
+_PERMANENT = (FileNotFoundError, PermissionError, NotADirectoryError, ValueError, TypeError)
+
+
+def with_retries(
+    action: Callable[[], Any],
+    what: str,
+    policy: RetryPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    error: type[RetriesExhausted] = RetriesExhausted,
+) -> Any:
+    """Run ``action``; on a transient error wait (exponential backoff, full jitter) and try
+    again until it succeeds, the attempts run out or the deadline would pass (then ``error``
+    names ``what``, the attempts, the time and the last cause)."""
+    start = clock()
+    wait = policy.first_wait_s
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return action()
+        except _PERMANENT:
+            raise
+        except Exception as exc:
+            elapsed = clock() - start
+            pause = random.uniform(0, wait)
+            if attempt == policy.attempts or elapsed + pause > policy.deadline_s:
+                raise error(
+                    f"{what}: gave up after {attempt} attempts in {elapsed:.1f} s: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            log.warning("%s: %s (attempt %d), retrying in %.2f s", what, exc, attempt, pause)
+            sleep(pause)
+            wait = min(wait * 2, policy.max_wait_s)
+    raise AssertionError("unreachable")
