@@ -154,6 +154,12 @@ def test_a_throttled_frame_read_waits_then_a_dead_store_fails_that_frame(s3_buck
 
 
 # -- scanning a bucket ----------------------------------------------------------------------------
+def scan(prefixes: list[str], catalog: Any, submitter: Any, settings: Settings, **options: Any):
+    return scan_bucket(
+        prefixes, TEMPLATE, catalog=catalog, submitter=submitter, settings=settings, **options
+    )
+
+
 class FakeSubmitter:
     def __init__(self, running: dict[str, str] | None = None) -> None:
         self.running = running or {}
@@ -190,26 +196,19 @@ def test_dry_run_lists_new_sequences_and_unmatched_objects_and_submits_nothing(b
     _put(fs, url, ["ab/sq010/sh010/plates/bg01/notes.txt", "ab/readme.md"])
     catalog, submitter = open_catalog(f"sqlite:///{tmp_path / 'c.db'}"), FakeSubmitter()
 
-    report = scan_bucket(
+    report = scan(
         [url + "/ab"],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
+        catalog,
+        submitter,
+        settings,
         defaults=ScanDefaults(settle_seconds=0),
         dry_run=True,
     )
     # the prefix is inside the show folder, so nothing matches a template that starts at it
     assert report.sequences == [] and len(report.unmatched) == 7
 
-    report = scan_bucket(
-        [url],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
-        defaults=ScanDefaults(settle_seconds=0),
-        dry_run=True,
+    report = scan(
+        [url], catalog, submitter, settings, defaults=ScanDefaults(settle_seconds=0), dry_run=True
     )
     assert submitter.specs == []  # a dry run submits nothing
     assert report.objects == 7
@@ -232,12 +231,11 @@ def test_in_flight_plates_are_not_submitted_again_and_the_cap_holds(bucket, tmp_
     running = plate_key(f"{url}/ab/sq010/sh010/plates/bg01/sh010_bg01.####.exr")
     submitter = FakeSubmitter({running: "run-elsewhere"})
 
-    report = scan_bucket(
+    report = scan(
         [url],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
+        catalog,
+        submitter,
+        settings,
         defaults=ScanDefaults(settle_seconds=0, max_in_flight=2),
     )
     actions = {d.shot.split("/")[2]: d.action for d in report.sequences}
@@ -258,22 +256,14 @@ def test_a_sequence_still_being_written_waits_for_it_to_settle(bucket, tmp_path)
     url, fs, settings = bucket
     _put(fs, url, _shot_keys("sh010", range(1001, 1003)))
     catalog, submitter = open_catalog(f"sqlite:///{tmp_path / 'c.db'}"), FakeSubmitter()
-    report = scan_bucket(
-        [url],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
-        defaults=ScanDefaults(settle_seconds=600),
-    )
+    report = scan([url], catalog, submitter, settings, defaults=ScanDefaults(settle_seconds=600))
     assert [d.action for d in report.sequences] == ["settling"]
     assert "written" in report.sequences[0].reason and submitter.specs == []
-    later = scan_bucket(
+    later = scan(
         [url],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
+        catalog,
+        submitter,
+        settings,
         defaults=ScanDefaults(settle_seconds=600),
         now=time.time() + 601,
     )
@@ -284,14 +274,7 @@ def test_names_that_make_no_valid_shot_are_rejected_with_the_reason(bucket, tmp_
     url, fs, settings = bucket
     _put(fs, url, ["ab/sq010/sh 010/plates/bg01/p.1001.exr", "ab/sq010/-x/plates/bg01/p.1001.exr"])
     catalog, submitter = open_catalog(f"sqlite:///{tmp_path / 'c.db'}"), FakeSubmitter()
-    report = scan_bucket(
-        [url],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
-        defaults=ScanDefaults(settle_seconds=0),
-    )
+    report = scan([url], catalog, submitter, settings, defaults=ScanDefaults(settle_seconds=0))
     assert [d.action for d in report.sequences] == ["rejected", "rejected"]
     assert all("not a usable name" in d.reason for d in report.sequences)
     assert submitter.specs == []
@@ -313,12 +296,11 @@ def test_an_unreachable_store_is_retried_then_reported(tmp_path):
             RetryPolicy(attempts=3, first_wait_s=0.05, deadline_s=5),
         )
     assert time.monotonic() - started < 30
-    report = scan_bucket(
+    report = scan(
         ["s3://nowhere/plates"],
-        TEMPLATE,
-        catalog=catalog,
-        submitter=submitter,
-        settings=settings,
+        catalog,
+        submitter,
+        settings,
         defaults=ScanDefaults(listing=RetryPolicy(attempts=2, first_wait_s=0.05, deadline_s=5)),
     )
     assert report.sequences == [] and len(report.errors) == 1
