@@ -505,6 +505,7 @@ def scan(
     from schemas.catalog import open_catalog
 
     from .plate_template import TemplateError
+    from .reaper import reap_abandoned_jobs
     from .scan import ScanDefaults, report_lines, scan_bucket
     from .submission import DeploymentSubmitter, InlineSubmitter
 
@@ -523,6 +524,14 @@ def scan(
     )
     catalog = open_catalog(settings.catalog)
     try:
+        if not dry_run:  # jobs whose flow died are closed, so their frames are redone
+            for job in reap_abandoned_jobs(catalog):
+                err.print(
+                    f"[yellow]job {job['job_id']} closed as {job['status']}[/]: "
+                    f"{escape(job['message'])}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         report = scan_bucket(
             prefixes,
             template or settings.scan_template,

@@ -20,6 +20,7 @@ from schemas.catalog import open_catalog
 from schemas.settings import Settings, load_settings
 
 from .process_shot import process_shot
+from .reaper import reap_abandoned_jobs
 from .scan import ScanDefaults, report_lines, scan_bucket
 from .submission import PROCESS_SHOT_DEPLOYMENT, DeploymentSubmitter
 
@@ -43,6 +44,9 @@ def scan_plates(
     settings = load_settings()
     catalog = open_catalog(settings.catalog)
     try:
+        if not dry_run:
+            for job in reap_abandoned_jobs(catalog):
+                logger.warning("job %s closed as %s: %s", *job.values())
         report = scan_bucket(
             prefixes,
             template,

@@ -212,3 +212,34 @@ def test_served_deployments_queue_runs_that_hold_their_plate(
         client.set_flow_run_state(run_id, Cancelled(), force=True)
     third = scan()
     assert [d.action for d in third.sequences] == ["new"] and third.sequences[0].run_id != run_id
+
+
+def test_jobs_whose_flow_died_are_closed_with_the_reason(tmp_path: Path, prefect_api: None) -> None:
+    """A catalog job left `running` by a crashed flow run is closed (partial: some frames were
+    recorded), one whose run is still going is left alone."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed, Running
+
+    from flows.process_shot import process_shot
+    from flows.reaper import reap_abandoned_jobs
+    from tests.catalog_fixtures import make_chunk, make_plate, make_spec
+
+    catalog = open_catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    with get_client(sync_client=True) as client:
+        dead = client.create_flow_run(process_shot, parameters={"spec": {}}, state=Running())
+        alive = client.create_flow_run(process_shot, parameters={"spec": {}}, state=Running())
+        client.set_flow_run_state(dead.id, Crashed(message="worker node lost"), force=True)
+    jobs = {}
+    for name, run in (("sh0010", dead), ("sh0020", alive)):
+        spec = make_spec(tmp_path, shot=name)
+        jobs[name] = catalog.register_job(spec, make_plate(spec, range(1, 5)), str(run.id))
+        catalog.record_chunk(jobs[name], make_chunk(spec, [1, 2]))
+
+    reaped = reap_abandoned_jobs(catalog)
+    assert [r["job_id"] for r in reaped] == [jobs["sh0010"]]
+    closed = catalog.job(jobs["sh0010"])
+    assert closed["status"] == "partial" and closed["finished_at"]
+    assert f"flow run {dead.id} ended CRASHED" in closed["message"]
+    assert "2 of 4 frames recorded" in closed["message"]
+    assert catalog.job(jobs["sh0020"])["status"] == "running"
+    assert reap_abandoned_jobs(catalog) == []  # nothing left to close
