@@ -486,6 +486,9 @@ def scan(
     passes: Annotated[str | None, typer.Option(help="comma-separated (default: all)")] = None,
     model_size: Annotated[str | None, typer.Option(help="tiny|0.1b|...|5b")] = None,
     output: Annotated[str | None, typer.Option(help="output root, e.g. s3://bucket/out")] = None,
+    colorspace: Annotated[
+        str | None, typer.Option(help="plate colour space (default: guessed per plate)")
+    ] = None,
     settle: Annotated[
         float | None, typer.Option(help="seconds since an object's last write before use")
     ] = None,
@@ -516,6 +519,7 @@ def scan(
         else (tuple(settings.scan_passes) or None),
         model_size=model_size or settings.scan_model_size,
         output_root=output or settings.output_root,
+        colorspace=colorspace,
         settle_seconds=settings.scan_settle_s if settle is None else settle,
         max_in_flight=max_in_flight or settings.scan_max_in_flight,
     )

@@ -99,3 +99,25 @@ def test_api_command_runs_the_app_on_the_given_address(env, monkeypatch):
     result = invoke("api", "--host", "0.0.0.0", "--port", "8123")
     assert result.exit_code == 0, why(result)
     assert calls == [("0.0.0.0", 8123)]
+
+
+def test_a_scan_processes_a_new_plate_then_finds_nothing_new(env, tmp_path):
+    """Inline, as an artist or a cron job would run it: exit 0, outputs in the bucket; the
+    second scan submits nothing."""
+    from tests.shot_helpers import make_plate
+
+    url, fs = env
+    local = Path(make_plate(tmp_path / "plates", frames=2)).parent
+    for path in sorted(local.glob("*.exr")):
+        fs.put_file(str(path), f"{url}/ab/sq010/sh010/plates/bg01/{path.name}")
+    args = ["scan", url, "--template", TEMPLATE, "--settle", "0", "--output", f"{url}/out"]
+    args += ["--colorspace", "lin_rec709", "--passes", "normal,matte"]
+    result = invoke(*args)
+    assert result.exit_code == 0, why(result)
+    assert "submitted (new): ab/sq010/sh010/bg01" in result.stdout
+    exrs = fs.glob(f"{url}/out/ab/sq010/sh010/bg01/sapiens2_v001/*.exr")
+    assert len(exrs) == 2
+
+    again = invoke(*args)
+    assert again.exit_code == 0, why(again)
+    assert "nothing new" in again.stdout
