@@ -9,8 +9,13 @@ digits of the float ID of the layer name, as the Nuke tools derive it (`layer_ha
 Ranks: for each pixel the classes are sorted by probability (ties: higher class index
 first), the top `ranks` are kept,
 probabilities below `min_coverage` become ID 0 / coverage 0 (the spec's "no object"), and the
-kept coverages are renormalised to sum to 1. Rank 2k goes to `<layer>NN.R/G` (ID, coverage) and
-rank 2k+1 to `<layer>NN.B/A`, NN = k, as float32 (half destroys IDs).
+kept coverages are renormalised to sum to 1 (summed rank by rank, in rank order). Rank 2k
+goes to `<layer>NN.R/G` (ID, coverage) and rank 2k+1 to `<layer>NN.B/A`, NN = k, as float32
+(half destroys IDs). Probabilities of -0.0 rank as 0.
+
+Cost: ~0.7 core-s for the 6 ranks of 29 classes over a 4096x2160 frame (2-core VM), of which
+the per-pixel sort of 29 keys is half; the ranking runs over blocks of rows that stay in the
+CPU cache and writes into the output planes directly.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ CONVERSION = "uint32_to_float32"
 DEFAULT_RANKS = 6
 DEFAULT_MIN_COVERAGE = 1e-4
 _RGBA = ("R", "G", "B", "A")
-_ROWS_PER_BLOCK = 128  # bounds the temporaries of the ranking at 4K to a few tens of MB
+_BLOCK_BYTES = 1 << 20  # rows of probabilities ranked at once: they stay in the CPU cache
 
 
 def murmurhash3_32(data: bytes, seed: int = 0) -> int:
@@ -167,38 +172,52 @@ def rank_channels(
     layers = (ranks + 1) // 2
     kept = min(ranks, classes)
     # Rank by sorting packed uint32 keys: the bit pattern of a non-negative float32 orders like
-    # the float, so its lowest mantissa bits are replaced by the class index and one partition
-    # plus a sort of `kept` keys per pixel gives classes and probabilities together. This is
-    # ~4x faster than argpartition + take_along_axis; the coverage loses those low bits
-    # (relative error < 2**-(23 - index_bits), 4e-6 for 29 classes) before renormalising.
+    # the float, so its lowest mantissa bits are replaced by the class index and one sort of
+    # the `classes` keys per pixel (numpy's SIMD sort; faster than a partition plus a sort of
+    # the top `kept`, and several times faster than argpartition + take_along_axis) gives
+    # classes and probabilities together. The coverage loses those low bits (relative error
+    # < 2**-(23 - index_bits), 4e-6 for 29 classes) before renormalising.
     index_bits = max(1, (classes - 1).bit_length())
     if index_bits > 16:
         raise ValueError(f"too many classes ({classes}) for one Cryptomatte layer")
     index_mask = np.uint32((1 << index_bits) - 1)
-    value_mask = np.uint32(0xFFFFFFFF ^ int(index_mask))
-    class_index = np.arange(classes, dtype=np.uint32)
-    planes = np.zeros((layers * 2, 2, height, width), dtype=np.float32)  # rank, (id, coverage)
-    for top in range(0, height, _ROWS_PER_BLOCK):
-        block = np.ascontiguousarray(probabilities[top : top + _ROWS_PER_BLOCK], dtype=np.float32)
-        if not np.isfinite(block).all() or (block < 0).any():
+    value_mask = np.uint32(0x7FFFFFFF ^ int(index_mask))  # the sign bit too: -0.0 ranks as 0
+    # rank, (id, coverage), pixel: each block of rows is one run of pixels in every plane
+    planes = np.zeros((layers * 2, 2, height * width), dtype=np.float32)
+    block_rows = max(1, _BLOCK_BYTES // max(1, width * classes * 4))
+    keys_buffer = np.empty((block_rows * width, classes), dtype=np.uint32)
+    # The class index of every key, as a full block: OR-ing a broadcast row is slower.
+    class_index = np.tile(np.arange(classes, dtype=np.uint32), (block_rows * width, 1))
+    top_buffer = np.empty((kept, block_rows * width), dtype=np.uint32)
+    for top in range(0, height, block_rows):
+        rows = slice(top, min(top + block_rows, height))
+        block = np.ascontiguousarray(probabilities[rows], dtype=np.float32)
+        bits = block.view(np.uint32).reshape(-1, classes)
+        # Finite non-negative float32 values are exactly the bit patterns below +inf's, and
+        # -0.0 (0x80000000); one max finds out whether the full check is needed.
+        if bits.max() >= 0x7F800000 and (not np.isfinite(block).all() or (block < 0).any()):
             raise ValueError("class probabilities must be finite and non-negative")
-        keys = (block.view(np.uint32) & value_mask) | class_index
-        best = np.partition(keys, classes - kept, axis=-1)[..., classes - kept :]
-        best.sort(axis=-1)
-        best = best[..., ::-1]  # descending: rank 0 first
-        coverage = (best & value_mask).view(np.float32)
-        coverage = np.where(coverage >= min_coverage, coverage, np.float32(0.0))
-        total = coverage.sum(axis=-1, keepdims=True)
-        coverage = np.divide(coverage, total, out=np.zeros_like(coverage), where=total > 0)
-        pixel_ids = np.where(coverage > 0, ids[best & index_mask], np.float32(0.0))
-        rows = slice(top, top + block.shape[0])
-        planes[:kept, 0, rows] = np.moveaxis(pixel_ids, -1, 0)
-        planes[:kept, 1, rows] = np.moveaxis(coverage, -1, 0)
+        count = bits.shape[0]
+        keys = keys_buffer[:count]
+        np.bitwise_and(bits, value_mask, out=keys)
+        keys |= class_index[:count]
+        keys.sort(axis=-1)
+        best = top_buffer[:, :count]
+        np.copyto(best, keys[:, ::-1][:, :kept].T)  # (kept, pixels), rank 0 first
+        pixels = slice(top * width, top * width + count)
+        pixel_ids, coverage = planes[:kept, 0, pixels], planes[:kept, 1, pixels]
+        np.bitwise_and(best, value_mask, out=coverage.view(np.uint32))
+        np.copyto(coverage, np.float32(0.0), where=coverage < min_coverage)
+        total = coverage.sum(axis=0)
+        np.divide(coverage, total, out=coverage, where=total > 0)
+        best &= index_mask
+        np.take(ids, best, out=pixel_ids, mode="clip")  # indices < classes: no check
+        np.copyto(pixel_ids, np.float32(0.0), where=coverage == 0)
     channels: dict[str, np.ndarray] = {}
     for layer in range(layers):
         prefix = f"{layer_name}{layer:02d}"
-        channels[f"{prefix}.R"] = planes[2 * layer, 0]
-        channels[f"{prefix}.G"] = planes[2 * layer, 1]
-        channels[f"{prefix}.B"] = planes[2 * layer + 1, 0]
-        channels[f"{prefix}.A"] = planes[2 * layer + 1, 1]
+        channels[f"{prefix}.R"] = planes[2 * layer, 0].reshape(height, width)
+        channels[f"{prefix}.G"] = planes[2 * layer, 1].reshape(height, width)
+        channels[f"{prefix}.B"] = planes[2 * layer + 1, 0].reshape(height, width)
+        channels[f"{prefix}.A"] = planes[2 * layer + 1, 1].reshape(height, width)
     return channels

@@ -22,6 +22,21 @@ part when the `CryptoBodyPart` part is written, not only into that part: Nuke us
 Cryptomatte layers missing from the metadata of multi-part files whose Cryptomatte sits in a
 later part (Psyop/Cryptomatte#145; Fusion: #137), while per-part readers look in the part that
 holds the channels. The manifest is ~1 KB. Not yet checked in Nuke itself.
+
+Cost (all parts of a 4096x2160 frame, identity stand-in, 2-core VM, OpenEXR 3.5.3). Encoding
+the ~726 MB of channel planes takes ~3.6 core-s with ZIP, and that is the floor of this
+writer: OpenEXR with NO_COMPRESSION already takes ~0.6, ZIP with deflate level 0 (stored
+blocks, only the predictor and byte split) ~1.6, and deflate the rest (P 1.2, CryptoBodyPart
+1.2, N and albedo 0.45 each). ZIP stays, as ARCHITECTURE.md prescribes: of the lossless codecs
+it allows only RLE is much faster (~1.3 core-s) but its files are 1.8x larger (282 MB against
+155 MB) and ARCHITECTURE.md names ZIP for every part; ZIPS and PIZ are no faster, ZSTD is
+faster (~2.1) but too new for the OpenEXR libraries inside DCCs. The deflate level is not
+exposed by the Python binding (a `zipCompressionLevel` header entry is written as an
+attribute and ignored) and level 1 was no faster overall (slower on the Cryptomatte part).
+On top of the codec the writer spends ~0.7 core-s ranking Cryptomatte (`cryptomatte`),
+~0.2 on the seg argmax and ~0.15 converting to half; it writes straight into the atomic
+temporary file rather than through an in-memory copy of the encoded frame. Channel planes
+must be C-contiguous: the binding ignores numpy strides (a strided view is written wrong).
 """
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ import numpy as np
 import OpenEXR
 
 from storage import cryptomatte
-from storage.atomic import WriteResult, atomic_write_bytes
+from storage.atomic import WriteResult, atomic_open
 from storage.errors import FrameError
 from storage.frame import Box, Frame
 
@@ -66,6 +81,7 @@ _NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120
 DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
 CAMERA_AXES_KEY = "sapiens2/cameraAxes"
 CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on the seg part: seg.id -> name
+_LABEL_BLOCK_BYTES = 1 << 20
 
 _PART_CONTENT = {
     "N": "camera-space unit normals",
@@ -133,7 +149,7 @@ def write_passes_exr(
     becomes string attributes on every part; `sapiens2/cameraAxes` defaults to
     DEFAULT_CAMERA_AXES. Raises FrameError naming the file and frame on bad input.
     """
-    data = encode_passes_exr(
+    exr = _build_file(
         plate,
         passes,
         provenance,
@@ -143,7 +159,12 @@ def write_passes_exr(
         albedo_interop_id=albedo_interop_id,
         uri=uri,
     )
-    return atomic_write_bytes(uri, data, storage_options)
+    # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
+    writer = atomic_open(uri, storage_options)
+    with writer as handle:
+        _encode(exr, handle, uri, plate.frame)
+    assert writer.result is not None
+    return writer.result
 
 
 def encode_passes_exr(
@@ -158,6 +179,40 @@ def encode_passes_exr(
     uri: str = "<memory>",
 ) -> bytes:
     """The bytes of the multi-part EXR that `write_passes_exr` writes."""
+    exr = _build_file(
+        plate,
+        passes,
+        provenance,
+        class_names=class_names,
+        parts=parts,
+        crypto_ranks=crypto_ranks,
+        albedo_interop_id=albedo_interop_id,
+        uri=uri,
+    )
+    buffer = io.BytesIO()
+    _encode(exr, buffer, uri, plate.frame)
+    return buffer.getvalue()
+
+
+def _encode(exr: OpenEXR.File, target: Any, uri: str, frame: int | None) -> None:
+    try:
+        exr.write(target)
+    except Exception as exc:
+        raise FrameError(uri, frame, f"OpenEXR could not encode the file: {exc}") from exc
+
+
+def _build_file(
+    plate: Frame,
+    passes: Mapping[str, np.ndarray],
+    provenance: Mapping[str, Any],
+    *,
+    class_names: Sequence[str] | None,
+    parts: Sequence[str] | None,
+    crypto_ranks: int,
+    albedo_interop_id: str,
+    uri: str,
+) -> OpenEXR.File:
+    """The parts of the file, checked and converted, ready to encode."""
 
     def fail(reason: str) -> FrameError:
         return FrameError(uri, plate.frame, reason)
@@ -187,13 +242,7 @@ def encode_passes_exr(
         if part == "seg":
             header[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
         exr_parts.append(OpenEXR.Part(header, channels, part))
-
-    buffer = io.BytesIO()
-    try:
-        OpenEXR.File(exr_parts).write(buffer)
-    except Exception as exc:
-        raise fail(f"OpenEXR could not encode the file: {exc}") from exc
-    return buffer.getvalue()
+    return OpenEXR.File(exr_parts)
 
 
 def _choose_parts(
@@ -410,7 +459,7 @@ def _part_channels(
         points = checked(3)
         dtype = PART_DTYPES["P"]
         channels = {f"P.{axis}": _plane(points[..., i], dtype) for i, axis in enumerate("xyz")}
-        channels["depth.Z"] = _plane(points[..., 2], dtype)
+        channels["depth.Z"] = channels["P.z"]  # the same values: one plane serves both
         return channels
     if part == "albedo":
         albedo = checked(3)
@@ -421,9 +470,24 @@ def _part_channels(
     assert class_names is not None
     probabilities = checked(len(class_names))
     if part == "seg":
-        return {"seg.id": np.argmax(probabilities, axis=-1).astype(PART_DTYPES["seg"])}
+        return {"seg.id": class_labels(probabilities, PART_DTYPES["seg"])}
     return cryptomatte.rank_channels(probabilities, class_names, CRYPTO_LAYER, crypto_ranks)
 
 
 def _plane(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=dtype)
+
+
+def class_labels(probabilities: np.ndarray, dtype: Any = np.uint32) -> np.ndarray:
+    """argmax over the last axis of (H, W, C) class probabilities, as `dtype` (H, W).
+
+    A band of rows at a time, so the index temporaries stay small and in cache instead of a
+    frame of int64 that is then converted.
+    """
+    height, width = probabilities.shape[:2]
+    labels = np.empty((height, width), dtype=dtype)
+    rows = max(1, _LABEL_BLOCK_BYTES // max(1, probabilities[:1].nbytes))
+    for top in range(0, height, rows):
+        block = slice(top, top + rows)
+        labels[block] = np.argmax(probabilities[block], axis=-1)
+    return labels

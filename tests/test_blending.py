@@ -174,3 +174,76 @@ def test_add_refuses_a_tile_from_a_larger_frame():
 def test_a_plan_without_tiles_cannot_be_blended():
     with pytest.raises(ValueError, match="no tiles"):
         FrameBlender.for_plan(plan_frame(100, 100, "pose"), 3)
+
+
+def _reference_blend(plan: FramePlan, values: list[np.ndarray], order: list[int]) -> np.ndarray:
+    """The module docstring's running mean over whole tiles, written out plainly: a pixel's
+    first tile is copied; later ones step m + (v - m) * t, and v is copied where v == m,
+    except that m = +0.0 stays where v = -0.0 (the documented exception)."""
+    mean = np.zeros((plan.height, plan.width, *values[0].shape[2:]), dtype=np.float32)
+    weight_sum = np.zeros((plan.height, plan.width), dtype=np.float32)
+    for index in order:
+        tile = plan.tiles[index]
+        new = values[index][tile.valid.slices]
+        m, s = mean[tile.box.slices], weight_sum[tile.box.slices]
+        first = s == 0
+        s += feather_weights(tile)
+        step = feather_weights(tile) / s
+        if new.ndim == 3:
+            step, first = step[..., None], first[..., None]
+        with np.errstate(invalid="ignore", over="ignore"):
+            blended = m + (new - m) * step
+        keep_plus_zero = (m == 0) & ~np.signbit(m) & np.signbit(new) & (new == 0)
+        np.copyto(blended, new, where=(new == m) & ~keep_plus_zero)
+        np.copyto(blended, new, where=np.broadcast_to(first, new.shape))
+        m[...] = blended
+    return mean
+
+
+@pytest.mark.parametrize(("channels", "shuffle"), [(3, False), (3, True), (None, True), (29, True)])
+def test_blending_matches_the_reference_running_mean_in_any_tile_order(channels, shuffle):
+    # Differing random tiles with awkward values, in plan order or shuffled (which gives
+    # tiles whose earlier neighbours leave gaps): the result must equal the plain running
+    # mean bit for bit (NaN where it is NaN).
+    rng = np.random.default_rng(11)
+    height, width = (700, 900) if channels == 29 else (1300, 2100)
+    plan = plan_frame(height, width, "albedo", tile_hw=(512, 384), overlap=96)
+    trailing = () if channels is None else (channels,)
+    values = [
+        _test_image(*tile.shape, seed=int(rng.integers(1 << 30)))[..., 0] for tile in plan.tiles
+    ]
+    values = [
+        np.repeat(v[..., None], channels, axis=-1)
+        * rng.random((*v.shape, channels), dtype=np.float32)
+        if channels
+        else v
+        for v in values
+    ]
+    order = list(rng.permutation(len(plan.tiles))) if shuffle else list(range(len(plan.tiles)))
+    blender = FrameBlender(height, width, channels)
+    for index in order:
+        blender.add(plan.tiles[index], values[index])
+    got = blender.result()
+    expected = _reference_blend(plan, values, order)
+    assert got.shape == (height, width, *trailing)
+    same = (_bits(got) == _bits(expected)) | (np.isnan(got) & np.isnan(expected))
+    assert same.all()
+
+
+def test_a_tile_added_after_both_side_neighbours_keeps_its_own_values_in_the_gap():
+    # Left and right tiles first, the middle one last: between the two strips it overlaps,
+    # no earlier tile reached its pixels, so they are its values exactly, -0.0 included.
+    plan = plan_frame(512, 1000, "matte", tile_hw=(512, 384), overlap=64)
+    assert plan.cols == 3
+    left, middle, right = plan.tiles
+    blender = FrameBlender.for_plan(plan, None)
+    blender.add(left, np.ones(left.shape, dtype=np.float32))
+    blender.add(right, np.ones(right.shape, dtype=np.float32))
+    blender.add(middle, np.full(middle.shape, -0.0, dtype=np.float32))
+    result = blender.result()
+    gap = result[:, left.box.x1 : right.box.x0]
+    assert gap.size and (gap == 0).all() and np.signbit(gap).all()
+    seams = np.concatenate(
+        [result[:, middle.box.x0 : left.box.x1], result[:, right.box.x0 : middle.box.x1]], axis=1
+    )
+    assert (seams > 0).all() and (seams < 1).all()

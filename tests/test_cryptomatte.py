@@ -164,3 +164,31 @@ def test_bad_probabilities_are_refused() -> None:
         bad = np.full((2, 2, 29), value, dtype=np.float32)
         with pytest.raises(ValueError, match="finite and non-negative"):
             cryptomatte.rank_channels(bad, BODY_PARTS, "CryptoBodyPart")
+
+
+def test_ranking_across_several_row_blocks_matches_a_plain_argsort() -> None:
+    # Wide enough rows and enough of them that the ranking runs over several blocks of rows,
+    # the last one partial; an infinity in one late row must still be refused.
+    rng = np.random.default_rng(3)
+    height, width = 203, 1500
+    logits = rng.normal(size=(height, width, 29)).astype(np.float32) * 2
+    probabilities = np.exp(logits)
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    channels = cryptomatte.rank_channels(probabilities, BODY_PARTS, "CryptoBodyPart")
+    ids = np.array([cryptomatte.float_id(n) for n in BODY_PARTS], dtype=np.float32)
+    order = np.argsort(-probabilities, axis=-1, kind="stable")[..., :2]
+    np.testing.assert_array_equal(channels["CryptoBodyPart00.R"], ids[order[..., 0]])
+    np.testing.assert_array_equal(channels["CryptoBodyPart00.B"], ids[order[..., 1]])
+    probabilities[height - 1, width - 1, 5] = np.inf
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        cryptomatte.rank_channels(probabilities, BODY_PARTS, "CryptoBodyPart")
+
+
+def test_negative_zero_probabilities_rank_as_zero() -> None:
+    probabilities = np.zeros((2, 3, 29), dtype=np.float32)
+    probabilities[..., 7] = 1.0
+    expected = cryptomatte.rank_channels(probabilities, BODY_PARTS, "CryptoBodyPart")
+    probabilities[..., 20:] = -0.0
+    channels = cryptomatte.rank_channels(probabilities, BODY_PARTS, "CryptoBodyPart")
+    for name, values in expected.items():
+        np.testing.assert_array_equal(channels[name], values)

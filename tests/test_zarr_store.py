@@ -98,7 +98,7 @@ def test_layout_metadata(tmp_path: Path) -> None:
         assert array.chunks == (1, *shape[1:])
         assert array.shards == (3, *shape[1:])
         codec = array.compressors[0]
-        assert (codec.cname.value, codec.shuffle.value) == ("zstd", "shuffle")
+        assert (codec.cname.value, codec.shuffle.value) == ("lz4", "shuffle")
     assert np.isnan(group["normal"].fill_value)
     assert group["seg"].fill_value == SEG_FILL
 
