@@ -22,7 +22,12 @@ from storage.frame import Frame
 from storage.readers import read_frame
 from storage.sequences import PlateSequence, discover_sequence
 from storage.uri import filesystem_for
-from storage.zarr_store import create_shot_store, frames_by_shard
+from storage.zarr_store import (
+    create_shot_store,
+    shard_frames,
+    shard_of,
+    stored_frames_per_shard,
+)
 from tasks import platform_version
 from tasks.checkpoints import CheckpointRef, choose_checkpoints
 from tasks.chunk_worker import ChunkJob
@@ -44,6 +49,7 @@ class ShotPlan:
     todo: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
     fps: float = 24.0  # the plate's framesPerSecond, for review clips
+    frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
 
     @property
     def untrained(self) -> list[str]:
@@ -54,18 +60,19 @@ class ShotPlan:
         return cache_key(plate_sha256, shas, self.spec.settings_digest())
 
     def chunk_jobs(self, provenance: dict[str, str]) -> list[ChunkJob]:
-        """One job per Zarr shard that has frames to do (one writer per shard)."""
+        """One job per group of whole Zarr shards with frames to do (one writer per shard),
+        of about ``chunk_frames`` frames."""
         all_frames = self.sequence.all_frames
         index_of = {frame: i for i, frame in enumerate(all_frames)}
-        todo = [index_of[f] for f in self.todo]
+        groups = shard_groups(
+            [index_of[f] for f in self.todo], self.frames_per_shard, self.spec.chunk_frames
+        )
         jobs = []
-        for shard_index, (_, indices) in enumerate(
-            sorted(frames_by_shard(todo, self.spec.chunk_frames).items())
-        ):
+        for chunk_index, indices in enumerate(groups):
             frames = tuple(all_frames[i] for i in indices)
             jobs.append(
                 ChunkJob(
-                    index=shard_index,
+                    index=chunk_index,
                     frames=frames,
                     plate_uris=tuple(self.sequence.uri_for(f) for f in frames),
                     store_indices=tuple(indices),
@@ -81,6 +88,25 @@ class ShotPlan:
                 )
             )
         return jobs
+
+
+def shard_groups(indices: list[int], frames_per_shard: int, chunk_frames: int) -> list[list[int]]:
+    """Store indices to do, cut into work chunks: whole shards (by store position, so no
+    shard is ever split between two writers), consecutive shards joined until a chunk holds
+    at least ``chunk_frames`` frames."""
+    by_shard: dict[int, list[int]] = {}
+    for index in sorted(set(indices)):
+        by_shard.setdefault(shard_of(index, frames_per_shard), []).append(index)
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for _, members in sorted(by_shard.items()):
+        current.extend(members)
+        if len(current) >= chunk_frames:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
 
 
 def plan_shot(spec: ShotSpec, settings: Settings) -> ShotPlan:
@@ -121,6 +147,10 @@ def plan_shot(spec: ShotSpec, settings: Settings) -> ShotPlan:
         sequence.padding,
         element=spec.element,
     )
+    storage_options = settings.storage_options_for(output_root)
+    frames_per_shard = stored_frames_per_shard(layout.zarr, storage_options) or shard_frames(
+        plate.height, plate.width, spec.passes, spec.max_people, spec.chunk_frames
+    )
     return ShotPlan(
         spec=spec,
         sequence=sequence,
@@ -128,8 +158,9 @@ def plan_shot(spec: ShotSpec, settings: Settings) -> ShotPlan:
         layout=layout,
         checkpoints=checkpoints,
         colour_note=note,
-        storage_options=settings.storage_options_for(output_root),
+        storage_options=storage_options,
         fps=_fps(header),
+        frames_per_shard=frames_per_shard,
     )
 
 
@@ -168,7 +199,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         plan.spec.passes,
         plan.spec.max_people,
         provenance,
-        plan.spec.chunk_frames,
+        plan.frames_per_shard,
     )
     try:
         create_shot_store(*args, storage_options=plan.storage_options or None)

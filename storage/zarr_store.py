@@ -74,6 +74,37 @@ PASS_LAYOUTS: dict[str, PassLayout] = {
 }
 
 
+# Zarr re-encodes a whole shard for every region written into it, so writing frame k of a
+# shard costs k frames' worth of encoding: measured at 4096x2160 with 8-frame shards, frames 0
+# to 7 cost 0.62 to 2.74 core-s. Shards are capped so a shard of the largest array stays near
+# this many raw bytes (at 4K: one frame; 1080p: five; small plates: as asked).
+SHARD_BYTES = 128 * 2**20
+
+
+def shard_frames(
+    height: int, width: int, passes: Sequence[str], max_people: int, wanted: int
+) -> int:
+    """Frames per shard: ``wanted``, fewer when the largest array's frame is big."""
+    sizes = {"H": height, "W": width, "P": max_people}
+    largest = 1
+    for name in passes:
+        spec = PASS_LAYOUTS.get(name)
+        if spec is None:
+            continue
+        count = int(np.prod([sizes[d] if isinstance(d, str) else d for d in spec.trailing]))
+        largest = max(largest, count * np.dtype(spec.dtype).itemsize)
+    return max(1, min(wanted, SHARD_BYTES // largest))
+
+
+def stored_frames_per_shard(uri: str, storage_options: dict[str, Any] | None = None) -> int | None:
+    """The shard size of an existing shot store (None: no store), so a re-run keeps it."""
+    existing = _existing_layout(_store(uri, storage_options, read_only=True))
+    if existing is None:
+        return None
+    value = existing[0].get("frames_per_shard")
+    return int(value) if isinstance(value, int) and value >= 1 else None
+
+
 def shard_of(frame_index: int, frames_per_shard: int) -> int:
     """The shard that holds the frame at `frame_index` (position in the store, not number)."""
     if frames_per_shard < 1:
