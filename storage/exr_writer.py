@@ -138,6 +138,7 @@ def write_passes_exr(
     crypto_ranks: int = cryptomatte.DEFAULT_RANKS,
     albedo_interop_id: str = "lin_ap1_scene",
     storage_options: dict[str, Any] | None = None,
+    seg_labels: np.ndarray | None = None,
 ) -> WriteResult:
     """Write one frame's passes as a multi-part EXR at `uri`, atomically (local or S3).
 
@@ -147,7 +148,9 @@ def write_passes_exr(
     class probabilities. `parts` picks parts from PART_ORDER (default: every part whose pass
     is present). `class_names[c]` names class `c` (needed for the seg parts). `provenance`
     becomes string attributes on every part; `sapiens2/cameraAxes` defaults to
-    DEFAULT_CAMERA_AXES. Raises FrameError naming the file and frame on bad input.
+    DEFAULT_CAMERA_AXES. `seg_labels` (H,W), the argmax of `seg` when the caller has it
+    already (the Zarr store and previews need it too), saves computing it again. Raises
+    FrameError naming the file and frame on bad input.
     """
     exr = _build_file(
         plate,
@@ -158,6 +161,7 @@ def write_passes_exr(
         crypto_ranks=crypto_ranks,
         albedo_interop_id=albedo_interop_id,
         uri=uri,
+        seg_labels=seg_labels,
     )
     # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
     writer = atomic_open(uri, storage_options)
@@ -211,6 +215,7 @@ def _build_file(
     crypto_ranks: int,
     albedo_interop_id: str,
     uri: str,
+    seg_labels: np.ndarray | None = None,
 ) -> OpenEXR.File:
     """The parts of the file, checked and converted, ready to encode."""
 
@@ -233,7 +238,9 @@ def _build_file(
     for part in chosen:
         source = np.asarray(passes[PASS_OF_PART[part]])
         try:
-            channels = _part_channels(part, source, (height, width), class_names, crypto_ranks)
+            channels = _part_channels(
+                part, source, (height, width), class_names, crypto_ranks, seg_labels
+            )
         except ValueError as exc:
             raise fail(f"part {part!r}: {exc}") from exc
         header = dict(base)
@@ -442,6 +449,7 @@ def _part_channels(
     size: tuple[int, int],
     class_names: Sequence[str] | None,
     crypto_ranks: int,
+    seg_labels: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     height, width = size
 
@@ -470,7 +478,11 @@ def _part_channels(
     assert class_names is not None
     probabilities = checked(len(class_names))
     if part == "seg":
-        return {"seg.id": class_labels(probabilities, PART_DTYPES["seg"])}
+        if seg_labels is None:
+            return {"seg.id": class_labels(probabilities, PART_DTYPES["seg"])}
+        if seg_labels.shape != (height, width):
+            raise ValueError(f"seg labels are {seg_labels.shape}, expected {(height, width)}")
+        return {"seg.id": np.ascontiguousarray(seg_labels, PART_DTYPES["seg"])}
     return cryptomatte.rank_channels(probabilities, class_names, CRYPTO_LAYER, crypto_ranks)
 
 

@@ -228,6 +228,17 @@ def test_only_the_parts_asked_for(
     assert not any(key.startswith("cryptomatte/") for p in exr.parts for key in p.header)
 
 
+def test_given_seg_labels_give_the_same_file_as_computing_them(
+    tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
+) -> None:
+    computed = _write_all(tmp_path / "computed.exr", plate, passes)
+    labels = np.argmax(passes["seg"], axis=-1).astype(np.uint8)
+    given = _write_all(tmp_path / "given.exr", plate, passes, seg_labels=labels)
+    assert given.sha256 == computed.sha256  # the same bytes
+    with pytest.raises(FrameError, match=r"frame 1001 .*seg labels are \(23, 36\)"):
+        _write_all(tmp_path / "bad.exr", plate, passes, seg_labels=labels[:, 1:])
+
+
 def test_bad_input_names_file_and_frame(
     tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
 ) -> None:
