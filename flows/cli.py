@@ -523,8 +523,18 @@ def scan(
         settle_seconds=settings.scan_settle_s if settle is None else settle,
         max_in_flight=max_in_flight or settings.scan_max_in_flight,
     )
+
+    def run_with_progress(spec: dict[str, Any], address: str | None) -> dict[str, Any]:
+        err.print(f"[bold]{spec['show']}/{spec['sequence']}/{spec['shot']}[/] {spec['plate']}")
+        result = _run_flow(spec, address, quiet=as_json)
+        if not as_json:
+            _print_result(result)
+        return result
+
     submitter: Any = (
-        DeploymentSubmitter() if queue else InlineSubmitter(dask_address or settings.dask_address)
+        DeploymentSubmitter()
+        if queue
+        else InlineSubmitter(dask_address or settings.dask_address, run=run_with_progress)
     )
     catalog = open_catalog(settings.catalog)
     try:

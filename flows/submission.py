@@ -122,10 +122,12 @@ class InlineSubmitter:
     def __init__(
         self,
         dask_address: str | None = None,
-        on_result: Callable[[ShotSpec, dict[str, Any]], None] | None = None,
+        run: Callable[[dict[str, Any], str | None], dict[str, Any]] | None = None,
     ) -> None:
+        """``run(spec, dask_address)`` runs one shot (default: the ``process_shot`` flow;
+        ``svfx scan`` passes the one with a progress bar)."""
         self.dask_address = dask_address
-        self.on_result = on_result
+        self.run = run
         self.results: list[dict[str, Any]] = []
 
     def in_flight(self) -> dict[str, str]:
@@ -135,8 +137,7 @@ class InlineSubmitter:
         from .process_shot import process_shot
 
         log.info("%s: running inline (%s)", spec.shot_path, reason)
-        result = process_shot(spec.model_dump(mode="json"), self.dask_address)
+        run = self.run or process_shot
+        result = run(spec.model_dump(mode="json"), self.dask_address)
         self.results.append(result)
-        if self.on_result:
-            self.on_result(spec, result)
         return f"inline-{result.get('job_id')}"
