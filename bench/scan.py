@@ -64,20 +64,19 @@ def fill_bucket(bucket: str, shots: int, frames: int) -> None:
             backend.put_object(bucket, key, f"{s}:{f}".encode())
 
 
-def know_everything(catalog: Any, report: Any) -> None:
-    """Record every listed frame as read with its ETag, as a finished run would have."""
+def know_everything(catalog: Any, report: Any, sequences: list[Any]) -> None:
+    """Record every listed frame as read with its size and ETag, as a finished run would."""
     from sqlalchemy import update
 
     from schemas.catalog.models import PlateFrame
-    from schemas.spec import parse_spec
     from schemas.summaries import PlateInfo
 
+    found = {sequence.plate: sequence for sequence in sequences}
     for decision in report.sequences:
-        show, seq, shot, element = decision.shot.split("/")
-        frames = sorted(decision.redo)
+        objects = found[decision.plate].frames
         info = PlateInfo(
             pattern=decision.plate,
-            frames=tuple(frames),
+            frames=tuple(sorted(objects)),
             holes=(),
             width=64,
             height=64,
@@ -86,18 +85,9 @@ def know_everything(catalog: Any, report: Any) -> None:
             pixel_aspect=1.0,
             colorspace="lin_rec709",
             colorspace_guessed=False,
-            fingerprints=report.fingerprints[decision.plate],
+            fingerprints={f: (obj.size, obj.fingerprint) for f, obj in objects.items()},
         )
-        spec = parse_spec(
-            {
-                "plate": decision.plate,
-                "show": show,
-                "sequence": seq,
-                "shot": shot,
-                "element": element,
-            }
-        )
-        job = catalog.register_job(spec, info)
+        job = catalog.register_job(decision.spec, info)
         catalog.finish_job(job, "complete")
     with catalog.engine.begin() as conn:
         conn.execute(update(PlateFrame).values(sha256="0" * 64))
@@ -154,7 +144,8 @@ def main() -> None:
 
 
 def run(url: str, catalog_url: str, settings: Any, loader: Any, args: Any) -> None:
-    from flows.scan import ScanDefaults, scan_bucket
+    from flows.plate_template import PlateTemplate
+    from flows.scan import ScanDefaults, ScanReport, find_sequences, scan_bucket
     from schemas.catalog import open_catalog
     from storage.uri import filesystem_for
 
@@ -186,9 +177,12 @@ def run(url: str, catalog_url: str, settings: Any, loader: Any, args: Any) -> No
 
     rows: list[tuple[str, float, dict[str, int], dict[str, int]]] = []
     first = scan("all new (dry run)", dry_run=True)
-    first.fingerprints = _fingerprints(first, scan_fs, url)  # type: ignore[attr-defined]
-    counter.take()  # the bench's own listing above is not the scan's
-    know_everything(catalog, first)
+    # the objects as the scan saw them (a listing of the bench's own, not counted)
+    listed = find_sequences(
+        [url], PlateTemplate.parse(TEMPLATE), settings, ScanReport([url], "", True)
+    )
+    counter.take()
+    know_everything(catalog, first, listed)
     scan("nothing new", dry_run=True)
     loader.pipe({"bench-plates/show1/sq000/sh0001/plates/bg01/p.1050.exr": b"re-pulled"})
     changed = scan("one frame re-uploaded (dry run)", dry_run=True)
@@ -206,23 +200,6 @@ def run(url: str, catalog_url: str, settings: Any, loader: Any, args: Any) -> No
         requests = ", ".join(f"{v} {k}" for k, v in sorted(calls.items()))
         print(f"| {label} | {seconds:.2f} | {decided} | {requests} |")
     catalog.close()
-
-
-def _fingerprints(report: Any, fs: Any, url: str) -> dict[str, dict[int, tuple[int, str]]]:
-    """plate -> frame -> (size, fingerprint) as the scan saw them (from one more listing)."""
-    from flows.plate_template import PlateTemplate
-    from storage.object_listing import list_objects
-
-    template = PlateTemplate.parse(TEMPLATE)
-    found: dict[str, dict[int, tuple[int, str]]] = {}
-    for obj in list_objects(url, fs.storage_options):
-        match = template.match(obj.key)
-        if match:
-            found.setdefault(f"{url}/{match.pattern}", {})[match.frame] = (
-                obj.size,
-                obj.fingerprint,
-            )
-    return found
 
 
 if __name__ == "__main__":

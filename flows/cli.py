@@ -505,11 +505,8 @@ def scan(
     """Scan S3 prefixes once: new or changed plate sequences are processed (here, one shot
     after another; with --queue by the served deployment). Exit 2 when a prefix could not be
     listed or a shot failed."""
-    from schemas.catalog import open_catalog
-
     from .plate_template import TemplateError
-    from .reaper import reap_abandoned_jobs
-    from .scan import ScanDefaults, report_lines, scan_bucket
+    from .scan import ScanDefaults, report_lines, scan_with_catalog
     from .submission import DeploymentSubmitter, InlineSubmitter
 
     settings = _settings()
@@ -536,29 +533,23 @@ def scan(
         if queue
         else InlineSubmitter(dask_address or settings.dask_address, run=run_with_progress)
     )
-    catalog = open_catalog(settings.catalog)
     try:
-        if not dry_run:  # jobs whose flow died are closed, so their frames are redone
-            for job in reap_abandoned_jobs(catalog):
-                err.print(
-                    f"[yellow]job {job['job_id']} closed as {job['status']}[/]: "
-                    f"{escape(job['message'])}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        report = scan_bucket(
+        report, reaped = scan_with_catalog(
             prefixes,
             template or settings.scan_template,
-            catalog=catalog,
-            submitter=submitter,
             settings=settings,
+            submitter=submitter,
             defaults=defaults,
             dry_run=dry_run,
         )
     except TemplateError as exc:
         raise _fail(str(exc)) from None
-    finally:
-        catalog.close()
+    for job in reaped:  # jobs whose flow died: their frames are submitted again
+        err.print(
+            f"[yellow]job {job['job_id']} closed as {job['status']}[/]: {escape(job['message'])}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if as_json:
         _print_json(report.as_dict())
     else:

@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import fileseq
+
 from schemas.catalog.catalog import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec
@@ -79,6 +81,7 @@ class SequenceDecision:
     redo: list[int] = field(default_factory=list)  # frames new or changed since last read
     reason: str = ""
     run_id: str | None = None
+    spec: ShotSpec | None = field(default=None, repr=False)  # what would be submitted
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -195,14 +198,47 @@ def scan_bucket(
         room -= 1
         if dry_run:
             continue
+        assert decision.spec is not None  # _decide built it
         try:
-            spec = _spec_for(sequence, defaults)
-            decision.run_id = submitter.submit(spec, reason=decision.action)
+            decision.run_id = submitter.submit(decision.spec, reason=decision.action)
         except Exception as exc:  # one failed submission must not end the scan
             decision.action, decision.reason = "error", f"submission failed: {exc}"
             log.error("scan: %s: %s", sequence.plate, decision.reason)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def scan_with_catalog(
+    prefixes: Iterable[str],
+    template: str,
+    *,
+    settings: Settings,
+    submitter: Submitter,
+    defaults: ScanDefaults,
+    dry_run: bool = False,
+) -> tuple[ScanReport, list[dict[str, Any]]]:
+    """A scan against the configured catalog, as ``svfx scan`` and the ``scan-plates`` flow
+    run it: first (unless a dry run) close jobs whose flow died, so their frames count as
+    not done; returns the report and the jobs closed."""
+    from schemas.catalog import open_catalog
+
+    from .reaper import reap_abandoned_jobs
+
+    catalog = open_catalog(settings.catalog)
+    try:
+        reaped = [] if dry_run else reap_abandoned_jobs(catalog)
+        report = scan_bucket(
+            prefixes,
+            template,
+            catalog=catalog,
+            submitter=submitter,
+            settings=settings,
+            defaults=defaults,
+            dry_run=dry_run,
+        )
+    finally:
+        catalog.close()
+    return report, reaped
 
 
 def report_lines(report: ScanReport, limit: int = 50) -> list[str]:
@@ -243,7 +279,7 @@ def _decide(
         frames=len(sequence.frames),
     )
     try:
-        _spec_for(sequence, defaults)
+        decision.spec = _spec_for(sequence, defaults)
     except SpecError as exc:
         decision.action, decision.reason = "rejected", str(exc)
         return decision
@@ -315,8 +351,4 @@ def _spec_for(sequence: FoundSequence, defaults: ScanDefaults) -> ShotSpec:
 
 
 def _ranges(frames: list[int]) -> str:
-    if not frames:
-        return ""
-    import fileseq
-
-    return str(fileseq.FrameSet(frames))
+    return str(fileseq.FrameSet(frames)) if frames else ""

@@ -16,12 +16,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
-from schemas.catalog import open_catalog
 from schemas.settings import Settings, load_settings
 
 from .process_shot import process_shot
-from .reaper import reap_abandoned_jobs
-from .scan import ScanDefaults, report_lines, scan_bucket
+from .scan import ScanDefaults, report_lines, scan_with_catalog
 from .submission import PROCESS_SHOT_DEPLOYMENT, DeploymentSubmitter
 
 SCAN_DEPLOYMENT = "scan-plates"
@@ -42,37 +40,29 @@ def scan_plates(
     """List the prefixes, compare with the catalog and queue ``process-shot`` runs for new and
     changed plate sequences. Returns the scan report."""
     logger = get_run_logger()
-    settings = load_settings()
-    catalog = open_catalog(settings.catalog)
-    try:
-        if not dry_run:
-            for job in reap_abandoned_jobs(catalog):
-                logger.warning("job %s closed as %s: %s", *job.values())
-        report = scan_bucket(
-            prefixes,
-            template,
-            catalog=catalog,
-            submitter=DeploymentSubmitter(PROCESS_SHOT_DEPLOYMENT),
-            settings=settings,
-            defaults=ScanDefaults(
-                passes=tuple(passes) if passes else None,
-                model_size=model_size,
-                output_root=output_root,
-                colorspace=colorspace,
-                settle_seconds=settle_s,
-                max_in_flight=max_in_flight,
-            ),
-            dry_run=dry_run,
-        )
-    finally:
-        catalog.close()
-    for line in report_lines(report):
+    report, reaped = scan_with_catalog(
+        prefixes,
+        template,
+        settings=load_settings(),
+        submitter=DeploymentSubmitter(PROCESS_SHOT_DEPLOYMENT),
+        defaults=ScanDefaults(
+            passes=tuple(passes) if passes else None,
+            model_size=model_size,
+            output_root=output_root,
+            colorspace=colorspace,
+            settle_seconds=settle_s,
+            max_in_flight=max_in_flight,
+        ),
+        dry_run=dry_run,
+    )
+    for job in reaped:
+        logger.warning("job %s closed as %s: %s", *job.values())
+    lines = report_lines(report)
+    for line in lines:
         logger.info(line)
     for error in report.errors:
         logger.error(error)
-    create_markdown_artifact(
-        key="svfx-scan-report", markdown="\n".join(report_lines(report)), description="scan"
-    )
+    create_markdown_artifact(key="svfx-scan-report", markdown="\n".join(lines), description="scan")
     return report.as_dict()
 
 

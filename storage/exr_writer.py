@@ -41,7 +41,6 @@ must be C-contiguous: the binding ignores numpy strides (a strided view is writt
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -169,33 +168,6 @@ def write_passes_exr(
         _encode(exr, handle, uri, plate.frame)
     assert writer.result is not None
     return writer.result
-
-
-def encode_passes_exr(
-    plate: Frame,
-    passes: Mapping[str, np.ndarray],
-    provenance: Mapping[str, Any],
-    *,
-    class_names: Sequence[str] | None = None,
-    parts: Sequence[str] | None = None,
-    crypto_ranks: int = cryptomatte.DEFAULT_RANKS,
-    albedo_interop_id: str = "lin_ap1_scene",
-    uri: str = "<memory>",
-) -> bytes:
-    """The bytes of the multi-part EXR that `write_passes_exr` writes."""
-    exr = _build_file(
-        plate,
-        passes,
-        provenance,
-        class_names=class_names,
-        parts=parts,
-        crypto_ranks=crypto_ranks,
-        albedo_interop_id=albedo_interop_id,
-        uri=uri,
-    )
-    buffer = io.BytesIO()
-    _encode(exr, buffer, uri, plate.frame)
-    return buffer.getvalue()
 
 
 def _encode(exr: OpenEXR.File, target: Any, uri: str, frame: int | None) -> None:

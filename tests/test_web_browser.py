@@ -5,7 +5,6 @@ their reasons."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,17 +14,12 @@ import pytest
 import uvicorn
 
 from api.app import create_app
+from bench.common import free_port
 from schemas.catalog import open_catalog
 from schemas.settings import Settings
 from tests.api_fixtures import REASON_1007, A, fill
 
 CHROMIUM = Path("/usr/bin/chromium")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -38,7 +32,7 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     fill(catalog, root)
     settings = Settings(home=root / "home", allowed_roots=[str(root)])
     app = create_app(settings, engine=catalog.engine)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     )
