@@ -3,15 +3,35 @@ loading of the released safetensors, pre/post-processing and a batched multi-tas
 
 Pure PyTorch + safetensors: this package knows nothing of files beyond checkpoints, nor of
 Prefect or Dask.
+
+Names are imported on first use (PEP 562), so code that needs only a light submodule (the
+checkpoint errors, the safetensors header reader) does not pay for importing torch.
 """
 
-from .arch import ARCH_NAMES, TASKS, BackboneSpec, HeadSpec, backbone_spec, head_spec
-from .backbone import InputError, Sapiens2Backbone
-from .checkpoint_errors import CheckpointError
-from .loading import load_model, save_model
-from .model import ModelInfo, SapiensTaskModel, build_model, model_info
-from .predictor import PASS_TASKS, Predictor
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_WHERE = {
+    "ARCH_NAMES": "arch",
+    "TASKS": "arch",
+    "BackboneSpec": "arch",
+    "HeadSpec": "arch",
+    "backbone_spec": "arch",
+    "head_spec": "arch",
+    "InputError": "backbone",
+    "Sapiens2Backbone": "backbone",
+    "CheckpointError": "checkpoint_errors",
+    "load_model": "loading",
+    "save_model": "loading",
+    "ModelInfo": "model",
+    "SapiensTaskModel": "model",
+    "build_model": "model",
+    "model_info": "model",
+    "PASS_TASKS": "predictor",
+    "Predictor": "predictor",
+}
 __all__ = [
     "ARCH_NAMES",
     "PASS_TASKS",
@@ -31,3 +51,20 @@ __all__ = [
     "model_info",
     "save_model",
 ]
+
+if TYPE_CHECKING:
+    from .arch import ARCH_NAMES, TASKS, BackboneSpec, HeadSpec, backbone_spec, head_spec
+    from .backbone import InputError, Sapiens2Backbone
+    from .checkpoint_errors import CheckpointError
+    from .loading import load_model, save_model
+    from .model import ModelInfo, SapiensTaskModel, build_model, model_info
+    from .predictor import PASS_TASKS, Predictor
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sapiens' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

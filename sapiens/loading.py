@@ -5,18 +5,16 @@ files hold `backbone.*` and `decode_head.*`. From the tensors we infer width, de
 (from the q/k-norm size), K/V heads per block, the tokenizer and its depth, the head type and
 its channel lists. Loading is strict (every missing, unexpected or mis-shaped tensor is
 listed), memory-mapped and tensor by tensor straight to the target device and dtype, so a 5B
-model never needs a full fp32 copy in RAM. Pickled weights are refused.
+model never needs a full fp32 copy in RAM. Pickled weights are refused. `verify_checkpoint`
+makes the same checks without loading the weights (for the flow process, before dispatch).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import struct
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 from safetensors import safe_open
@@ -25,17 +23,10 @@ from torch import nn
 from . import arch as A
 from .backbone import Sapiens2Backbone
 from .checkpoint_errors import CheckpointError
+from .finite import nonfinite_tensors
 from .heads import build_head
 from .model import ModelInfo, SapiensTaskModel
-
-PICKLE_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle"}
-_CONVERT_HINT = (
-    "pickled weights can run arbitrary code when loaded, so they are refused. Convert the "
-    "file to safetensors once, in a trusted environment (the safetensors project's convert "
-    "script, or safetensors.torch.save_file on its state dict with contiguous tensors), and "
-    "load the .safetensors file"
-)
-Shapes = dict[str, tuple[int, ...]]
+from .safetensors_format import Shapes, read_header, read_tensor_index
 
 
 def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
@@ -44,54 +35,6 @@ def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
         while chunk := fh.read(block):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def read_header(path: str) -> tuple[Shapes, dict[str, str], dict[str, str]]:
-    """Tensor shapes, dtypes and the metadata of a safetensors file, with checks that turn a
-    truncated or corrupt file into a plain error instead of a crash in the reader."""
-    p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(path, "no such file")
-    if p.suffix.lower() in PICKLE_SUFFIXES:
-        raise CheckpointError(path, _CONVERT_HINT)
-    size = p.stat().st_size
-    with open(p, "rb") as fh:
-        head = fh.read(8)
-        if head[:2] == b"PK" or head[:1] == b"\x80":
-            raise CheckpointError(
-                path, "this is a pickle/zip torch file, not safetensors; " + _CONVERT_HINT
-            )
-        if len(head) < 8:
-            raise CheckpointError(path, f"not a safetensors file ({size} bytes, too short)")
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len <= 1 or header_len > min(size - 8, 100 << 20):
-            raise CheckpointError(
-                path,
-                "not a safetensors file (bad header length); truncated, corrupt or another format",
-            )
-        try:
-            header = json.loads(fh.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(path, f"corrupt safetensors header: {exc}") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(path, "corrupt safetensors header (not a JSON object)")
-    metadata = header.pop("__metadata__", None) or {}
-    shapes: Shapes = {}
-    dtypes: dict[str, str] = {}
-    data_end = 0
-    for key, entry in header.items():
-        try:
-            shapes[key] = tuple(int(d) for d in entry["shape"])
-            dtypes[key] = str(entry["dtype"])
-            data_end = max(data_end, int(entry["data_offsets"][1]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            raise CheckpointError(path, f"corrupt header entry for tensor {key!r}") from None
-    expected = 8 + header_len + data_end
-    if size < expected:
-        raise CheckpointError(
-            path, f"truncated: the header describes {expected} bytes but the file has {size}"
-        )
-    return shapes, dtypes, metadata
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,6 +215,37 @@ def load_model(
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     shapes, _dtypes, metadata = read_header(path)
+    model = build_meta_model(path, shapes, metadata, expect_task=expect_task)
+    _load_tensors(path, model, device, dtype)
+    model.info.sha256 = sha256 or sha256_file(path)
+    return model.eval()
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> ModelInfo:
+    """Every check `load_model` makes, without loading the weights: the header, the file's
+    tensors against the model inferred from them (built on the meta device, so it costs no
+    memory), and that every floating tensor is finite (streamed off disk as raw bits, see
+    `sapiens.finite`). Returns what the file holds; CheckpointError naming the file and the
+    first bad tensors otherwise."""
+    path = os.fspath(path)
+    entries, metadata = read_tensor_index(path)
+    shapes = {key: entry.shape for key, entry in entries.items()}
+    model = build_meta_model(path, shapes, metadata)
+    bad = nonfinite_tensors(path, entries)
+    if bad:
+        raise CheckpointError(path, _nonfinite_reason(bad))
+    return model.info
+
+
+def build_meta_model(
+    path: str,
+    shapes: Shapes,
+    metadata: Mapping[str, str],
+    *,
+    expect_task: str | None = None,
+) -> nn.Module:
+    """The model these tensor shapes describe, on the meta device (no weights), with its
+    `info`; CheckpointError when the file's tensors do not match it exactly."""
     kind, bb_shapes, head_shapes = describe_layout(path, shapes)
     try:
         spec = infer_backbone(bb_shapes)
@@ -288,8 +262,7 @@ def load_model(
                 raise CheckpointError(path, _matting_mismatch(head_shapes, str(exc))) from None
             raise CheckpointError(path, f"decode_head: {exc}") from None
     if "input_hw" in metadata:
-        h, w = (int(v) for v in metadata["input_hw"].split(","))
-        input_hw = (h, w)
+        input_hw = _metadata_input_hw(path, metadata["input_hw"])
     task = head_spec.task if head_spec else None
     if expect_task is not None and task != expect_task:
         raise CheckpointError(
@@ -324,9 +297,15 @@ def load_model(
         raise CheckpointError(
             path, "does not match the inferred model: " + "; ".join(problems) + hint
         )
-    _load_tensors(path, model, device, dtype)
-    info.sha256 = sha256 or sha256_file(path)
-    return model.eval()
+    return model
+
+
+def _metadata_input_hw(path: str, text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.split(","))
+    except ValueError:
+        raise CheckpointError(path, f"metadata input_hw {text!r} is not 'height,width'") from None
+    return h, w
 
 
 def _matting_mismatch(head_shapes: Shapes, detail: str) -> str:
@@ -361,7 +340,11 @@ def _load_tensors(path: str, model: nn.Module, device: torch.device, dtype: torc
 def _check_finite(path: str, state: Mapping[str, torch.Tensor]) -> None:
     bad = [k for k, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if bad:
-        raise CheckpointError(path, f"tensors with NaN or Inf values: {bad[:10]}")
+        raise CheckpointError(path, _nonfinite_reason(bad))
+
+
+def _nonfinite_reason(bad: list[str]) -> str:
+    return f"NaN or Inf values in {len(bad)} tensor(s), first: {bad[:10]}"
 
 
 def save_model(model: nn.Module, path: str | os.PathLike[str], *, trained: bool = False) -> str:

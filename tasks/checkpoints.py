@@ -2,6 +2,12 @@
 files' own headers, or (with neither) small untrained models built once and saved, so every
 run goes through the same loading code and every output can name its weights by sha256.
 
+The model size may be `auto` (the default): the largest size whose checkpoints under the root
+cover every pass asked for, or the configured size (SVFX_MODEL_SIZE) when it covers them too.
+The tiny untrained models are used only when there is no root or the root holds no
+`*.safetensors` at all; a root with real checkpoints that no single size completes is an
+error that says which size has which pass, never a silent fall-back to random weights.
+
 Checkpoints are local files (copy released weights to node-local disk once per node;
 stack-notes.md section 7): the workers memory-map them.
 """
@@ -11,17 +17,29 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sapiens.arch import NATIVE_INPUT_HW, canonical_arch
 from sapiens.checkpoint_errors import CheckpointError
 from sapiens.loading import describe_layout, infer_backbone, infer_head, read_header, sha256_file
 from sapiens.predictor import PASS_TASKS
 
+from .checkpoint_errors import CheckpointChoiceError
+
 UNTRAINED_SEED = 20260401
 # The tiny test size is built with a small native input so CPU runs take seconds, not minutes.
 UNTRAINED_INPUT_HW = {"sapiens2_tiny": (256, 192)}
+
+AUTO_SIZE = "auto"
+# The sizes `auto` may pick, smallest first; it takes the largest that covers every pass.
+# The 4K variant (1b-4k) is left out: it tiles differently (whole 4K frames, padded to 64 px)
+# and costs far more per frame, so it runs only when asked (--model-size or SVFX_MODEL_SIZE).
+AUTO_SIZE_ORDER = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "5b")
+KNOWN_SIZES = (*AUTO_SIZE_ORDER, "1b-4k")
+UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
 
 
 @dataclass(frozen=True)
@@ -38,9 +56,31 @@ class CheckpointRef:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    @property
+    def size(self) -> str:
+        return size_label(self.arch)
 
-class CheckpointChoiceError(ValueError):
-    """No usable checkpoint for a pass; the message says what was looked for and found."""
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """The checkpoint of each pass, the model size used and, for the user, why that size."""
+
+    checkpoints: dict[str, CheckpointRef]
+    size: str  # as asked, or what `auto` resolved to (e.g. "1b"); "mixed" for mixed files
+    reason: str
+
+
+@dataclass(frozen=True)
+class RootScan:
+    """What a checkpoint root holds: the usable files and those skipped, with the reason."""
+
+    root: str
+    refs: list[CheckpointRef] = field(default_factory=list)
+    skipped: list[CheckpointError] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.refs and not self.skipped
 
 
 def describe_checkpoint(path: str | os.PathLike[str]) -> CheckpointRef:
@@ -77,57 +117,271 @@ def scan_checkpoints(root: str | os.PathLike[str]) -> list[CheckpointRef | Check
     return found
 
 
+def scan_root(root: str | os.PathLike[str]) -> RootScan:
+    """`scan_checkpoints` split into usable files and skipped ones; a root that is not a
+    directory is an error (a typo must not turn into random weights)."""
+    root = os.fspath(root)
+    if not Path(root).is_dir():
+        raise CheckpointChoiceError(f"checkpoint root {root} is not a directory")
+    items = scan_checkpoints(root)
+    refs = [item for item in items if isinstance(item, CheckpointRef)]
+    skipped = [item for item in items if isinstance(item, CheckpointError)]
+    return RootScan(root, refs, skipped)
+
+
 def wanted_arch(model_size: str) -> str:
     name, tokenizer = canonical_arch(model_size)
     return f"{name}_4k" if tokenizer else name
 
 
-def choose_checkpoints(
-    passes: list[str] | tuple[str, ...],
+def size_label(arch: str) -> str:
+    """The --model-size spelling of an arch: 'sapiens2_1b_4k' -> '1b-4k'."""
+    return arch.removeprefix("sapiens2_").replace("_4k", "-4k")
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing
+
+
+def resolve_checkpoints(
+    passes: Sequence[str],
     model_size: str,
     *,
     explicit: dict[str, str] | None = None,
     root: str | None = None,
     untrained_dir: str | os.PathLike[str] | None = None,
-) -> dict[str, CheckpointRef]:
-    """pass -> checkpoint, or CheckpointChoiceError listing every pass that has none."""
+    preferred: str | None = None,
+) -> CheckpointChoice:
+    """The checkpoint of every pass: its explicit file, else one of `model_size` under `root`,
+    else (no root) an untrained model. `model_size` 'auto' picks the size (see
+    `resolve_auto_size`); `preferred` is the configured size auto favours (SVFX_MODEL_SIZE).
+    CheckpointChoiceError lists every pass without a checkpoint and every skipped file."""
     explicit = explicit or {}
-    arch = wanted_arch(model_size)
-    catalogue = [c for c in scan_checkpoints(root) if isinstance(c, CheckpointRef)] if root else []
+    chosen, problems = _explicit_choices(passes, explicit)
+    pass_tasks = {name: _task_of(name) for name in passes if name not in explicit}
+    scan = scan_root(root) if root else None
+    auto = model_size.strip().lower() == AUTO_SIZE
+    if not auto:
+        size, reason = size_label(wanted_arch(model_size)), "asked for"
+    elif pass_tasks:
+        size, reason = resolve_auto_size(pass_tasks, scan, preferred)
+    else:
+        size, reason = _common_size(chosen.values()), "every pass has an explicit checkpoint"
+    if pass_tasks and (scan is None or (auto and scan.empty)):
+        if untrained_dir is None:
+            raise ValueError("untrained_dir is needed when no checkpoints are given")
+        chosen.update(
+            {p: untrained_checkpoint(size, t, untrained_dir) for p, t in pass_tasks.items()}
+        )
+    elif pass_tasks:
+        assert scan is not None
+        found, missing = _choices_under_root(pass_tasks, wanted_arch(size), scan)
+        chosen.update(found)
+        problems += missing
+    if problems:
+        lines = ["no usable checkpoint for:", *(f"  {p}" for p in problems)]
+        if auto and pass_tasks:
+            lines.append(f"(model size auto -> {reason})")
+        if scan is not None:
+            lines += _skipped_lines(scan.root, scan.skipped)
+        raise CheckpointChoiceError("\n".join(lines))
+    return CheckpointChoice({name: chosen[name] for name in passes}, size, reason)
+
+
+def resolve_auto_size(
+    pass_tasks: dict[str, str], scan: RootScan | None, preferred: str | None = None
+) -> tuple[str, str]:
+    """(size, reason) for model size 'auto': tiny (untrained) with no root or an empty one,
+    else `pick_model_size` over what the root holds."""
+    wanted = preferred_size(preferred)
+    if scan is None:
+        reason = (
+            f"tiny: no checkpoint root (SVFX_CHECKPOINT_ROOT, --checkpoint-root): {UNTRAINED_NOTE}"
+        )
+    elif scan.empty:
+        reason = f"tiny: no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
+    else:
+        return pick_model_size(
+            pass_tasks, scan.refs, preferred=preferred, root=scan.root, skipped=scan.skipped
+        )
+    if wanted and wanted != "tiny":
+        reason += f" (the configured size {wanted} needs its checkpoints under a root)"
+    return "tiny", reason
+
+
+def pick_model_size(
+    pass_tasks: dict[str, str],
+    refs: Sequence[CheckpointRef],
+    *,
+    preferred: str | None = None,
+    root: str = "the checkpoint root",
+    skipped: Sequence[CheckpointError] = (),
+) -> tuple[str, str]:
+    """(size, reason): among the sizes whose checkpoints in `refs` cover every pass of
+    `pass_tasks` (pass -> task), `preferred` if it is one, else the largest in AUTO_SIZE_ORDER.
+
+    Only trained files count when there are any (untrained-marked ones are for tests and
+    demos). When one size alone is present it is returned even if incomplete, so the caller
+    reports its missing passes one by one; otherwise CheckpointChoiceError says which size
+    has which pass and what is missing.
+    """
+    preferred = preferred_size(preferred)
+    trained = [ref for ref in refs if ref.trained]
+    pool = trained or list(refs)
+    covered = passes_by_size(pass_tasks, pool)
+    complete = [size for size, have in covered.items() if len(have) == len(pass_tasks)]
+    note = "" if trained else " (UNTRAINED: the root holds no trained checkpoint)"
+    if preferred in complete:
+        return preferred, f"{preferred}: the configured size, complete under {root}{note}"
+    ranked = sorted((s for s in complete if s in AUTO_SIZE_ORDER), key=AUTO_SIZE_ORDER.index)
+    if ranked:
+        size = ranked[-1]
+        which = "the largest size" if len(complete) > 1 else "the size"
+        parts = [f"{size}: {which} with a checkpoint for every pass under {root}"]
+        if preferred:
+            lacks = [p for p in pass_tasks if p not in covered.get(preferred, [])]
+            parts.append(f"the configured size {preferred} lacks {', '.join(lacks)}")
+        others = [s for s in complete if s != size]
+        if others:
+            parts.append(f"also complete: {', '.join(others)}")
+        return size, "; ".join(parts) + note
+    autos = [size for size in covered if size in AUTO_SIZE_ORDER]
+    if len(covered) == 1 and autos:
+        return autos[0], f"{autos[0]}: the only size under {root}{note}"
+    raise CheckpointChoiceError(
+        _no_single_size_message(pass_tasks, covered, root, len(pool) < len(refs), skipped)
+    )
+
+
+def passes_by_size(
+    pass_tasks: dict[str, str], refs: Iterable[CheckpointRef]
+) -> dict[str, list[str]]:
+    """Every size among `refs` -> the passes it has a checkpoint for (in `pass_tasks` order)."""
+    tasks_by_size: dict[str, set[str]] = {}
+    for ref in refs:
+        tasks_by_size.setdefault(ref.size, set()).add(ref.task)
+    return {
+        size: [p for p, task in pass_tasks.items() if task in tasks]
+        for size, tasks in sorted(tasks_by_size.items(), key=lambda item: _rank(item[0]))
+    }
+
+
+def preferred_size(value: str | None) -> str | None:
+    """The configured size as a --model-size label, None for unset or 'auto'."""
+    if value is None or value.strip().lower() in ("", AUTO_SIZE):
+        return None
+    try:
+        return size_label(wanted_arch(value))
+    except ValueError:
+        raise CheckpointChoiceError(
+            f"unknown configured model size {value!r} (SVFX_MODEL_SIZE); "
+            f"known: {', '.join((AUTO_SIZE, *KNOWN_SIZES))}"
+        ) from None
+
+
+def _rank(size: str) -> tuple[int, str]:
+    order = AUTO_SIZE_ORDER.index(size) if size in AUTO_SIZE_ORDER else len(AUTO_SIZE_ORDER)
+    return order, size
+
+
+def _no_single_size_message(
+    pass_tasks: dict[str, str],
+    covered: dict[str, list[str]],
+    root: str,
+    untrained_left_out: bool,
+    skipped: Sequence[CheckpointError],
+) -> str:
+    asked = ", ".join(pass_tasks)
+    if not covered:
+        lines = [f"model size auto: no usable checkpoint under {root} (passes asked: {asked})"]
+    else:
+        lines = [
+            f"model size auto: no size under {root} has a checkpoint for every pass ({asked}):"
+        ]
+        lines += [
+            f"  {size}: {_coverage_line(pass_tasks, have, size)}" for size, have in covered.items()
+        ]
+        nowhere = [p for p in pass_tasks if not any(p in have for have in covered.values())]
+        if nowhere:
+            lines.append(f"no size has: {', '.join(nowhere)}")
+        lines.append(
+            "Add the missing checkpoints, or pick a size with --model-size (or SVFX_MODEL_SIZE) "
+            "and ask only for the passes it has (--passes)."
+        )
+    if untrained_left_out:
+        lines.append("(files marked untrained were left out: the root holds trained ones)")
+    return "\n".join(lines + _skipped_lines(root, skipped))
+
+
+def _coverage_line(pass_tasks: dict[str, str], have: list[str], size: str) -> str:
+    lacks = [p for p in pass_tasks if p not in have]
+    text = f"has {', '.join(have) or 'none of these passes'}"
+    if lacks:
+        text += f"; lacks {', '.join(lacks)}"
+    if size not in AUTO_SIZE_ORDER:
+        text += f" (auto never picks {size}: ask for it with --model-size {size})"
+    return text
+
+
+def _skipped_lines(root: str, skipped: Sequence[CheckpointError]) -> list[str]:
+    if not skipped:
+        return []
+    head = f"files skipped under {root} (unreadable or not Sapiens2 checkpoints):"
+    return [head, *(f"  {exc.path}: {exc.reason}" for exc in skipped)]
+
+
+def _task_of(pass_name: str) -> str:
+    task = PASS_TASKS[pass_name]
+    assert task is not None
+    return task
+
+
+def _explicit_choices(
+    passes: Sequence[str], explicit: dict[str, str]
+) -> tuple[dict[str, CheckpointRef], list[str]]:
     chosen: dict[str, CheckpointRef] = {}
     problems: list[str] = []
     for name in passes:
-        task = PASS_TASKS[name]
-        assert task is not None
-        if name in explicit:
-            try:
-                ref = describe_checkpoint(explicit[name])
-            except CheckpointError as exc:
-                problems.append(f"{name}: {exc}")
-                continue
-            if ref.task != task:
-                problems.append(
-                    f"{name}: {explicit[name]} holds a {ref.task} model, not {task} "
-                    f"(the {name} pass needs a {task} checkpoint)"
-                )
-                continue
-            chosen[name] = ref
-        elif root:
-            matches = [c for c in catalogue if c.task == task and c.arch == arch]
-            if not matches:
-                have = sorted({f"{c.arch}/{c.task}" for c in catalogue}) or ["none"]
-                problems.append(
-                    f"{name}: no {arch} {task} checkpoint under {root} (found: {', '.join(have)})"
-                )
-                continue
-            chosen[name] = matches[0]
-        else:
-            if untrained_dir is None:
-                raise ValueError("untrained_dir is needed when no checkpoints are given")
-            chosen[name] = untrained_checkpoint(model_size, task, untrained_dir)
-    if problems:
-        raise CheckpointChoiceError("no usable checkpoint for:\n  " + "\n  ".join(problems))
-    return chosen
+        if name not in explicit:
+            continue
+        task = _task_of(name)
+        try:
+            ref = describe_checkpoint(explicit[name])
+        except CheckpointError as exc:
+            problems.append(f"{name}: {exc}")
+            continue
+        if ref.task != task:
+            problems.append(
+                f"{name}: {explicit[name]} holds a {ref.task} model, not {task} "
+                f"(the {name} pass needs a {task} checkpoint)"
+            )
+            continue
+        chosen[name] = ref
+    return chosen, problems
+
+
+def _choices_under_root(
+    pass_tasks: dict[str, str], arch: str, scan: RootScan
+) -> tuple[dict[str, CheckpointRef], list[str]]:
+    """The file of `arch` for each pass (trained ones first), and a line per pass without."""
+    chosen: dict[str, CheckpointRef] = {}
+    problems: list[str] = []
+    for name, task in pass_tasks.items():
+        matches = [ref for ref in scan.refs if ref.task == task and ref.arch == arch]
+        if matches:
+            chosen[name] = sorted(matches, key=lambda ref: not ref.trained)[0]
+            continue
+        have = sorted({f"{ref.arch}/{ref.task}" for ref in scan.refs}) or ["none"]
+        found = ", ".join(have)
+        if scan.skipped:
+            found += f"; {len(scan.skipped)} files skipped, listed below"
+        problems.append(f"{name}: no {arch} {task} checkpoint under {scan.root} (found: {found})")
+    return chosen, problems
+
+
+def _common_size(refs: Iterable[CheckpointRef]) -> str:
+    sizes = {ref.size for ref in refs}
+    return sizes.pop() if len(sizes) == 1 else "mixed"
 
 
 _BUILD_LOCK = threading.Lock()
@@ -153,42 +407,67 @@ def untrained_checkpoint(
     return describe_checkpoint(path)
 
 
+# ---------------------------------------------------------------------------------------------
+# Per-file caches under $SVFX_HOME
+
+
+class JsonFileCache:
+    """A small str -> JSON map in a file under $SVFX_HOME (nothing is kept when it is unset),
+    rewritten atomically. Two processes writing at once may drop each other's newest entry,
+    which only costs recomputing it; a cache that cannot be written costs the same."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self._lock = threading.Lock()
+
+    def file(self) -> Path | None:
+        home = os.environ.get("SVFX_HOME")
+        return Path(home) / self.filename if home else None
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._read().get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        path = self.file()
+        if path is None:
+            return
+        with self._lock:
+            entries = self._read()
+            entries[key] = value
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(json.dumps(entries))
+                tmp.replace(path)
+            except OSError:
+                pass
+
+    def _read(self) -> dict[str, Any]:
+        path = self.file()
+        if path is None or not path.is_file():
+            return {}
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+
 # sha256 of big checkpoints takes seconds to minutes; remember it per (path, size, mtime).
-_SHA_LOCK = threading.Lock()
+SHA256_CACHE = JsonFileCache("checkpoint-sha256.json")
+
+
+def file_identity(path: str | os.PathLike[str]) -> str:
+    """'resolved path|size|mtime_ns': changes whenever the file is replaced or rewritten."""
+    stat = Path(path).stat()
+    return f"{Path(path).resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
 def cached_sha256(path: str | os.PathLike[str]) -> str:
-    stat = Path(path).stat()
-    key = f"{Path(path).resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    cache_file = _sha_cache_file()
-    with _SHA_LOCK:
-        cache = _read_cache(cache_file)
-        if key in cache:
-            return cache[key]
+    key = file_identity(path)
+    digest = SHA256_CACHE.get(key)
+    if isinstance(digest, str):
+        return digest
     digest = sha256_file(path)
-    with _SHA_LOCK:
-        cache = _read_cache(cache_file)
-        cache[key] = digest
-        if cache_file is not None:
-            try:
-                cache_file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(cache))
-                tmp.replace(cache_file)
-            except OSError:
-                pass  # a cache that cannot be written only costs a re-hash next time
+    SHA256_CACHE.put(key, digest)
     return digest
-
-
-def _sha_cache_file() -> Path | None:
-    home = os.environ.get("SVFX_HOME")
-    return Path(home) / "checkpoint-sha256.json" if home else None
-
-
-def _read_cache(path: Path | None) -> dict[str, str]:
-    if path is None or not path.is_file():
-        return {}
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return {}

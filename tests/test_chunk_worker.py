@@ -12,7 +12,7 @@ import pytest
 
 from schemas.spec import parse_spec
 from storage.zarr_store import create_shot_store, read_frame
-from tasks.checkpoints import choose_checkpoints
+from tasks.checkpoints import resolve_checkpoints
 from tasks.chunk_worker import ChunkJob, default_focal, process_chunk
 from tasks.layout import ShotLayout
 from tests.shot_helpers import SMALL, make_plate, spec_data
@@ -31,7 +31,9 @@ def shot(tmp_path_factory):
     make_plate(root / "other", frames=1, size=(200, 100))
     shutil.copy(root / "other" / "astronaut.1001.exr", plates / "astronaut.1005.exr")
     spec = parse_spec(spec_data(pattern, root / "out", chunk_frames=8))
-    checkpoints = choose_checkpoints(spec.model_passes, "tiny", untrained_dir=root / "ckpt")
+    checkpoints = resolve_checkpoints(
+        spec.model_passes, "tiny", untrained_dir=root / "ckpt"
+    ).checkpoints
     layout = ShotLayout.for_shot(str(root / "out"), "demo", "sq010", "sh010", "v001")
     w, h = SMALL
     create_shot_store(layout.zarr, FRAMES, h, w, spec.passes, spec.max_people, {}, 8)

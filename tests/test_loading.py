@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import pickle
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 import sapiens
+import sapiens.loading
 from sapiens.arch import BackboneSpec
 from sapiens.backbone import Sapiens2Backbone
 from sapiens.model import ModelInfo
@@ -135,6 +139,99 @@ def test_pickle_disguised_as_safetensors(tmp_path: Path) -> None:
     torch.save({"w": torch.zeros(2)}, bad)
     with pytest.raises(sapiens.CheckpointError, match="pickle/zip torch file"):
         sapiens.load_model(bad)
+
+
+def _with_header_length(src: Path, dst: Path, fits: Callable[[int], bool]) -> int:
+    """Copy a safetensors file, padding its JSON header with spaces (which the format allows)
+    to the first multiple of 8 that `fits`; returns the new header length."""
+    data = src.read_bytes()
+    (old,) = struct.unpack("<Q", data[:8])
+    header = data[8 : 8 + old].rstrip(b" ")
+    length = next(n for n in range(len(header), len(header) + (1 << 17)) if n % 8 == 0 and fits(n))
+    dst.write_bytes(struct.pack("<Q", length) + header.ljust(length, b" ") + data[8 + old :])
+    return length
+
+
+@pytest.mark.parametrize(
+    ("name", "fits", "first_bytes"),
+    [
+        ("x80", lambda n: n & 0xFF == 0x80, b"\x80"),
+        ("PK", lambda n: n & 0xFFFF == 0x4B50, b"PK"),
+    ],
+)
+def test_a_header_length_starting_like_pickle_or_zip_loads(
+    tmp_path: Path, name: str, fits: Callable[[int], bool], first_bytes: bytes
+) -> None:
+    """About 1 file in 32 has a header length whose first byte is 0x80; some start "PK"."""
+    source = _good_file(tmp_path)
+    path = tmp_path / f"{name}.safetensors"
+    _with_header_length(source, path, fits)
+    assert path.read_bytes().startswith(first_bytes)
+    with safe_open(str(path), framework="pt") as fh:  # the reference reader accepts it
+        assert sorted(fh.keys()) == sorted(sapiens.loading.read_header(source)[0])
+    loaded, original = sapiens.load_model(path), sapiens.load_model(source)
+    assert loaded.info.task == "normal"
+    for key, tensor in original.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
+def test_a_legacy_torch_pickle_is_refused_with_the_hint(tmp_path: Path) -> None:
+    bad = tmp_path / "legacy.safetensors"
+    torch.save({"w": torch.zeros(2)}, bad, _use_new_zipfile_serialization=False)
+    with pytest.raises(sapiens.CheckpointError, match=r"legacy pickle.*pickled weights .* refused"):
+        sapiens.load_model(bad)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_a_plain_pickle_is_refused_with_the_hint(tmp_path: Path, protocol: int) -> None:
+    bad = tmp_path / "plain.safetensors"
+    bad.write_bytes(pickle.dumps({"w": [0.0] * 100}, protocol=protocol))
+    with pytest.raises(sapiens.CheckpointError, match=rf"a pickle, protocol {protocol}.*save_file"):
+        sapiens.load_model(bad)
+
+
+def test_a_zip_torch_file_is_refused_with_the_hint(tmp_path: Path) -> None:
+    bad = tmp_path / "zipped.safetensors"
+    torch.save({"w": torch.zeros(2)}, bad)
+    assert bad.read_bytes()[:4] == b"PK\x03\x04"
+    with pytest.raises(sapiens.CheckpointError, match=r"zip archive.*pickled weights .* refused"):
+        sapiens.load_model(bad)
+
+
+def test_bytes_0x80_without_a_pickle_protocol_are_not_called_a_pickle(tmp_path: Path) -> None:
+    bad = tmp_path / "odd.safetensors"
+    bad.write_bytes(b"\x80\x00" + b"\x00" * 62)
+    with pytest.raises(sapiens.CheckpointError, match="not a safetensors file") as err:
+        sapiens.load_model(bad)
+    assert "pickle" not in str(err.value)
+
+
+def test_offsets_that_do_not_fit_the_dtype_are_named(tmp_path: Path) -> None:
+    header = {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}
+    raw = json.dumps(header).encode()
+    bad = tmp_path / "offsets.safetensors"
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\x00" * 16)
+    with pytest.raises(sapiens.CheckpointError, match=r"tensor 'w': F32 \[4\] does not fit"):
+        sapiens.loading.read_header(bad)
+
+
+def test_bytes_after_the_last_tensor_are_refused_as_safetensors_does(tmp_path: Path) -> None:
+    bad = tmp_path / "trailing.safetensors"
+    bad.write_bytes(_good_file(tmp_path).read_bytes() + b"\x00" * 8)
+    with pytest.raises(sapiens.CheckpointError, match="8 bytes after the last tensor"):
+        sapiens.loading.read_header(bad)
+
+
+def test_a_gap_between_tensors_is_refused(tmp_path: Path) -> None:
+    header = {
+        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+    }
+    raw = json.dumps(header).encode()
+    bad = tmp_path / "gap.safetensors"
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\x00" * 12)
+    with pytest.raises(sapiens.CheckpointError, match="tensor 'b' leaves a gap"):
+        sapiens.loading.read_header(bad)
 
 
 def test_other_model_family(tmp_path: Path) -> None:
