@@ -1,6 +1,6 @@
 """The catalog's web application: ``create_app`` wires settings, the catalog engine, the write
 token and the submitter into the JSON API, the file routes and the pages; ``run_api`` serves
-it with uvicorn (``svfx api --host H --port P``).
+it with uvicorn (``svfx api --host H --port P --workers N``).
 
 The OpenAPI description is at ``/openapi.json``. Swagger UI and ReDoc are off: they load
 their scripts from a CDN, and nothing here may reach the internet.
@@ -8,13 +8,18 @@ their scripts from a CDN, and nothing here may reach the internet.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Engine
+from starlette.routing import Route
 
 from api import files, pages, read, write
 from api.context import ApiContext
+from api.methods import MethodsPerPath
+from api.problems import validation_problem
 from schemas.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -27,6 +32,8 @@ TAGS = [
     {"name": "submit", "description": "Submit shots and retry failed frames (bearer token)."},
     {"name": "files", "description": "Preview images and contact sheets, by catalog id."},
 ]
+# run_api hands its settings to uvicorn's worker processes as JSON in this variable.
+WORKER_SETTINGS = "SVFX_API_WORKER_SETTINGS"
 
 
 def create_app(
@@ -59,14 +66,53 @@ def create_app(
     )
     secret = token if token is not None else settings.api_token
     app.state.ctx = ApiContext(settings, engine, secret or None, submitter)
-    for module in (read, write, files, pages):
-        app.include_router(module.router)
+    routers = [module.router for module in (read, write, files, pages)]
+    for router in routers:
+        app.include_router(router)
+    app.add_exception_handler(RequestValidationError, validation_problem)
+    own_routes = [route for route in app.routes if isinstance(route, Route)]  # /openapi.json
+    app.add_middleware(
+        MethodsPerPath, routes=[*own_routes, *(r for router in routers for r in router.routes)]
+    )
     write.document_spec_body(app)
     return app
 
 
-def run_api(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = None) -> None:
-    """Serve the API and pages with uvicorn until interrupted."""
+def app_from_environment() -> FastAPI:
+    """uvicorn's factory in each worker process (``api.app:app_from_environment``): the app
+    over the settings run_api was given, else over the environment and svfx.toml."""
+    given = os.environ.get(WORKER_SETTINGS)
+    return create_app(Settings.model_validate_json(given) if given else load_settings())
+
+
+def run_api(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    settings: Settings | None = None,
+    workers: int = 1,
+) -> None:
+    """Serve the API and pages with uvicorn until interrupted, in ``workers`` processes.
+
+    uvicorn starts worker processes from an import string: each builds its own app with
+    ``app_from_environment``. The catalog is opened (and migrated) here first, once, so that
+    the workers do not race to migrate it."""
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    if workers < 1:
+        raise ValueError(f"workers must be 1 or more, not {workers}")
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+        return
+    from schemas.catalog import open_catalog
+
+    settings = settings or load_settings()
+    open_catalog(settings.catalog).close()
+    os.environ[WORKER_SETTINGS] = settings.model_dump_json()
+    uvicorn.run(
+        f"{__name__}:{app_from_environment.__name__}",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="info",
+    )

@@ -1,6 +1,8 @@
 """Typed request parameters shared by the JSON routes, the pages and the file routes: names
-match the spec's own rule, limits and numbers are bounded, checksums are 64 hex digits.
-Anything else is refused with 422 before a query runs."""
+match the spec's own rule, limits and numbers are bounded, checksums are 64 hex digits, ids
+fit the catalog's 32-bit id columns and free text is text (no control characters, nothing
+that was not valid UTF-8). Anything else is refused with 422 before a query runs, on every
+database alike (PostgreSQL refuses NUL in text and ids past 2^31-1 with errors of its own)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ NAME_PATTERN = NAME.pattern  # the rule ShotSpec applies to show, sequence and s
 SHA256_PATTERN = r"^[0-9a-fA-F]{64}$"
 MAX_LIMIT = 1000
 MAX_OFFSET = 2**31 - 1
-MAX_ID = 2**63 - 1
+MAX_ID = 2**31 - 1  # the catalog's id columns are 32-bit integers
+# Text without C0/C1 control characters (NUL included) or U+FFFD, which stands for bytes that
+# were not UTF-8 in the request. Written with escapes that Python's re, pydantic's Rust regex
+# and JSON Schema's ECMA-262 all read alike.
+TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\ufffd]*$"
 JobStatus = Literal["queued", "running", "complete", "partial", "failed"]
 
 _NAME_HELP = "letters, digits, _ . - (starting with a letter or digit; at most 64)"
@@ -51,7 +57,9 @@ PathQuery = Annotated[
     Query(
         min_length=1,
         max_length=4096,
-        description="the output's path or URI (absolute, relative, ~, file:// or s3://)",
+        pattern=TEXT_PATTERN,
+        description="the output's path or URI (absolute, relative, ~, file:// or s3://); "
+        "text without control characters",
     ),
 ]
 FrameQuery = Annotated[

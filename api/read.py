@@ -27,6 +27,7 @@ from api.params import (
     ShowQuery,
     StatusQuery,
 )
+from api.problems import INVALID
 from api.responses import (
     Coverage,
     Job,
@@ -38,7 +39,7 @@ from api.responses import (
 )
 from schemas.catalog import queries
 
-router = APIRouter(prefix="/api")
+router = APIRouter(prefix="/api", responses=INVALID)
 Ctx = Annotated[ApiContext, Depends(context)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "unknown"}}
 
@@ -165,9 +166,8 @@ def get_provenance(ctx: Ctx, path: PathQuery, frame: FrameQuery = None) -> dict[
 @router.get(
     "/search",
     tags=["provenance"],
-    summary="Outputs made from a plate frame or with a checkpoint",
+    summary="Outputs made from a plate frame or with a checkpoint (no checksum: all outputs)",
     response_model=Page[Output],
-    responses={422: {"model": Problem, "description": "no checksum given"}},
 )
 def search(
     ctx: Ctx,
@@ -177,9 +177,10 @@ def search(
     offset: Offset = 0,
 ) -> dict[str, Any]:
     """What a re-pulled plate frame (its sha256) or a checkpoint (directly, or as an input
-    such as seg for pose) made: the outputs it makes stale. Either or both checksums."""
+    such as seg for pose) made: the outputs it makes stale. Either or both checksums; with
+    neither, every output in the catalog, newest first, a page at a time."""
     if plate_sha256 is None and checkpoint_sha256 is None:
-        raise HTTPException(422, "give plate_sha256 or checkpoint_sha256 (64 hex digits)")
+        return views.all_outputs(ctx.engine, limit, offset)
     plate = plate_sha256.lower() if plate_sha256 else None
     ckpt = checkpoint_sha256.lower() if checkpoint_sha256 else None
     items = queries.invalidated_by(ctx.engine, plate, ckpt, limit=limit, offset=offset)

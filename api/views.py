@@ -65,6 +65,16 @@ def job_list(
     return page(mark_untrained(engine, items), total, limit, offset)
 
 
+def all_outputs(engine: Engine, limit: int, offset: int) -> dict[str, Any]:
+    """A page of every output in the catalog, newest first (the shot query with no shot)."""
+    anywhere: Any = None  # the shot filters take None for "any" (queries.filter_shot)
+    items = queries.shot_outputs(engine, anywhere, anywhere, anywhere, limit=limit, offset=offset)
+    total = _total(
+        items, limit, offset, lambda: queries.count_outputs(engine, anywhere, anywhere, anywhere)
+    )
+    return page(items, total, limit, offset)
+
+
 def find_job(engine: Engine, job_id: int) -> dict[str, Any] | None:
     found = queries.jobs(engine, job_id=job_id, limit=1)
     return mark_untrained(engine, found)[0] if found else None

@@ -4,26 +4,33 @@ allowed roots) and hand it to the submitter (Prefect deployment runs by default)
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import fileseq
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from api import views
 from api.auth import require_writer
-from api.context import ApiContext, context
+from api.body import MAX_BODY_BYTES, parse_json, read_bounded
+from api.context import ApiContext, NoOrchestrator, context
 from api.params import JobIdPath
+from api.problems import reason
 from api.responses import Problem, Submitted
+from api.spec_body import SpecBody, schema_problems
 from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
 
 router = APIRouter(prefix="/api", dependencies=[Depends(require_writer)])
 Ctx = Annotated[ApiContext, Depends(context)]
 REFUSALS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "no bearer token"},
-    403: {"model": Problem, "description": "wrong token, or writes disabled"},
-    422: {"model": Problem, "description": "the spec is invalid (every problem listed)"},
+    403: {
+        "model": Problem,
+        "description": "wrong token, writes disabled, or a path outside the allowed roots",
+    },
+    422: {"model": Problem, "description": "the spec or a parameter is invalid (each named)"},
+    503: {"model": Problem, "description": "no orchestrator to submit to (and why)"},
 }
 SPEC_BODY = {
     "requestBody": {
@@ -33,24 +40,34 @@ SPEC_BODY = {
 }
 
 
-def _checked(ctx: ApiContext, data: dict[str, Any]) -> ShotSpec:
-    """The spec validated and its paths checked against the allowed roots; 422 otherwise."""
+def _checked(ctx: ApiContext, data: dict[str, Any], *, published: bool = False) -> ShotSpec:
+    """The spec validated (422 naming every problem) and its paths checked against the allowed
+    roots (403: a deployment's policy, not a malformed spec). ``published``: also hold the
+    body to the rules the OpenAPI document states (SpecBody)."""
     try:
+        if published:
+            data = SpecBody.model_validate(data).model_dump(mode="json")
         spec = parse_spec(data)
     except SpecError as exc:
         raise HTTPException(422, str(exc)) from None
+    except ValidationError as exc:
+        raise HTTPException(422, schema_problems(exc)) from None
     settings = ctx.settings
     problems = check_paths(spec, settings.roots, settings.outputs)
     if problems:
-        raise HTTPException(422, "refused:\n  " + "\n  ".join(problems))
+        raise HTTPException(403, "refused:\n  " + "\n  ".join(problems))
     return spec
 
 
-def _submit(ctx: ApiContext, spec: ShotSpec, reason: str) -> str:
+def _submit(ctx: ApiContext, spec: ShotSpec, why: str) -> str:
     try:
-        return ctx.submitter().submit(spec, reason=reason)
+        submitter = ctx.submitter()
+    except NoOrchestrator as exc:
+        raise HTTPException(503, f"could not submit {spec.shot_path}: {exc}") from None
+    try:
+        return submitter.submit(spec, reason=why)
     except Exception as exc:  # Prefect unreachable, deployment missing, ...
-        raise HTTPException(503, f"could not submit {spec.shot_path}: {exc}") from exc
+        raise HTTPException(503, f"could not submit {spec.shot_path}: {reason(exc)}") from exc
 
 
 @router.post(
@@ -59,18 +76,19 @@ def _submit(ctx: ApiContext, spec: ShotSpec, reason: str) -> str:
     summary="Submit a shot",
     status_code=202,
     response_model=Submitted,
-    responses=REFUSALS,
+    responses={
+        **REFUSALS,
+        413: {"model": Problem, "description": f"the body is over {MAX_BODY_BYTES} bytes"},
+    },
     openapi_extra=SPEC_BODY,
 )
 async def submit_shot(request: Request, ctx: Ctx) -> Submitted:
-    """Validate a ShotSpec (JSON body) and start a run of process-shot; 202 with its run id."""
-    try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise HTTPException(422, "the body is not JSON: send a ShotSpec object") from None
+    """Validate a ShotSpec (JSON body, at most 1 MiB, nested at most 32 deep) and start a run
+    of process-shot; 202 with its run id."""
+    data = parse_json(await read_bounded(request))
     if not isinstance(data, dict):
         raise HTTPException(422, "the body must be a JSON object (a ShotSpec)")
-    spec = _checked(ctx, data)
+    spec = _checked(ctx, data, published=True)
     run_id = await run_in_threadpool(_submit, ctx, spec, "submitted through the API")
     return Submitted(run_id=run_id, shot=spec.shot_path, frames=spec.frames)
 
@@ -102,18 +120,19 @@ def retry_job(ctx: Ctx, job_id: JobIdPath) -> Submitted:
 
 
 def document_spec_body(app: FastAPI) -> None:
-    """Publish ShotSpec's JSON schema in the OpenAPI components (the submit route reads its
-    body itself, so that a bad spec gets parse_spec's readable 422)."""
+    """Publish the body's JSON schema (SpecBody: ShotSpec with its rules stated) as the
+    ShotSpec component (the submit route reads its body itself, with bounds, so that a bad spec
+    gets parse_spec's readable 422)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
-        spec = ShotSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+        spec = SpecBody.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(spec.pop("$defs", {}))
-        components["ShotSpec"] = spec
+        components["ShotSpec"] = {**spec, "title": "ShotSpec"}
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
