@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     local_workers: int = 2  # LocalCluster worker processes when no address is given
     chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker
     api_token: str | None = None  # bearer token of the API's write endpoints; None: disabled
+    # The embedded Prefect server (no PREFECT_API_URL): how long it may take to start.
+    prefect_start_timeout_s: float = Field(120.0, gt=0)
+    # How long a catalog write waits for its database (a restart, a lock) before giving up.
+    catalog_retry_s: float = Field(120.0, gt=0)
     # The scheduled bucket scan (`svfx serve`): prefixes, naming template and schedule.
     scan_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     scan_template: str = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
@@ -65,7 +69,9 @@ class Settings(BaseSettings):
     scan_settle_s: float = Field(120.0, ge=0)  # wait this long after an object's last write
     scan_max_in_flight: int = Field(4, ge=1)  # shots running at once
     scan_passes: Annotated[list[str], NoDecode] = Field(default_factory=list)  # default: all
-    scan_model_size: str = "tiny"
+    scan_model_size: str = "auto"
+    # The size model size "auto" prefers when the checkpoint root has it for every pass.
+    model_size: str | None = None
 
     @field_validator("allowed_roots", "scan_prefixes", mode="before")
     @classmethod

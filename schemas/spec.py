@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import os.path
 import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
@@ -15,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 PassName = Literal["normal", "pointmap", "albedo", "matte", "seg", "pose"]
 ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
-MODEL_SIZES: tuple[str, ...] = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b")
+# "auto": the largest size with a checkpoint for every pass under the checkpoint root (or
+# SVFX_MODEL_SIZE when it has them all); the tiny untrained models only without checkpoints.
+MODEL_SIZES: tuple[str, ...] = ("auto", "tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b")
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -73,7 +76,7 @@ class ShotSpec(BaseModel):
     frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
     colorspace: str | None = Field(None, description="plate colour space; None: guess")
     passes: tuple[PassName, ...] = ALL_PASSES
-    model_size: str = "tiny"
+    model_size: str = "auto"
     checkpoints: dict[PassName, str] = Field(default_factory=dict)
     checkpoint_root: str | None = None
     tiling: TilingSpec = TilingSpec()
@@ -83,6 +86,9 @@ class ShotSpec(BaseModel):
     batch_size: int = Field(4, ge=1, le=256)
     precision: Precision = "auto"
     max_people: int = Field(20, ge=1, le=200)
+    nonfinite: Literal["error", "zero"] = Field(
+        "error", description="plate pixels that are NaN/Inf: fail the frame, or read them as 0"
+    )
     previews: bool = True
     review_clips: bool = True
     submitter: str = Field(default_factory=getpass.getuser)
@@ -171,6 +177,8 @@ class ShotSpec(BaseModel):
             "max_people": self.max_people,
             "passes": list(self.passes),
         }
+        if self.nonfinite != "error":  # only then: existing cache keys stay valid
+            relevant["nonfinite"] = self.nonfinite
         text = json.dumps(relevant, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -212,18 +220,36 @@ def _normalise(path: str) -> str:
     return "/" + "/".join(parts)
 
 
+def resolved(path: str) -> str:
+    """A local path with every symlink resolved (as far as it exists); URLs unchanged."""
+    scheme, rest = _split_scheme(path)
+    if scheme:
+        return path
+    return os.path.realpath(os.path.expanduser(rest))
+
+
+def is_really_under(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` lies under one of ``roots`` once symlinks in both are resolved: a link
+    inside a root that points elsewhere does not count as inside."""
+    real = resolved(path)
+    return any(is_under(real, resolved(root)) for root in roots)
+
+
 def check_paths(spec: ShotSpec, allowed_roots: list[str], output_root: str) -> list[str]:
-    """Problems with where the spec reads and writes (empty when all is allowed)."""
+    """Problems with where the spec reads and writes (empty when all is allowed); symlinks
+    are resolved, so a link under a root to a place outside it is refused."""
     problems = []
     places = [("plate", spec.plate), ("output root", spec.output_root or output_root)]
     if spec.checkpoint_root:
         places.append(("checkpoint root", spec.checkpoint_root))
     places += [(f"{name} checkpoint", path) for name, path in spec.checkpoints.items()]
     for label, path in places:
-        if not any(is_under(path, root) for root in allowed_roots):
+        if not is_really_under(path, allowed_roots):
+            real = resolved(path)
+            where = "" if real == _normalise(path) else f" (really {real})"
             problems.append(
-                f"{label} {path} lies outside the allowed roots ({', '.join(allowed_roots)}); "
-                "set SVFX_ALLOWED_ROOTS to allow it"
+                f"{label} {path}{where} lies outside the allowed roots "
+                f"({', '.join(allowed_roots)}); set SVFX_ALLOWED_ROOTS to allow it"
             )
     return problems
 

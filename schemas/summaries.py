@@ -3,7 +3,7 @@ into the catalog (one writer, in batches). Plain dataclasses so Dask pickles the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
@@ -38,6 +38,22 @@ class FrameSummary:
     outputs: list[OutputRecord] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     cache_key: str | None = None
+    # a failed frame: outputs this attempt had overwritten and then removed (their catalog
+    # rows no longer describe what is on disk)
+    discarded: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FrameSummary:
+        """The inverse of ``to_json`` (a frame record read back); KeyError/TypeError when a
+        field is missing or of the wrong kind."""
+        fields = dict(data)
+        fields["outputs"] = [
+            OutputRecord(**{**out, "shape": tuple(out["shape"])}) for out in fields["outputs"]
+        ]
+        return cls(**fields)
 
 
 @dataclass
@@ -55,6 +71,35 @@ class ChunkSummary:
     model_s: float = 0.0  # time inside the model (for the model's share of wall time)
     load_s: float = 0.0  # model loading on this call (0 when cached)
     peak_rss_mb: float = 0.0
+
+    @property
+    def context(self) -> ChunkContext:
+        return ChunkContext(
+            self.worker, self.environment, self.checkpoints, self.colour, self.tiling
+        )
+
+
+@dataclass(frozen=True)
+class ChunkContext:
+    """What made a chunk's frames, besides their inputs: recorded with every frame (in the
+    catalog's provenance and in each frame record on disk)."""
+
+    worker: str
+    environment: dict[str, Any]
+    checkpoints: dict[str, dict[str, Any]]
+    colour: dict[str, str]
+    tiling: dict[str, Any]
+
+    def summary(self, frames: list[FrameSummary], chunk_index: int = -1) -> ChunkSummary:
+        return ChunkSummary(
+            chunk_index=chunk_index,
+            frames=frames,
+            worker=self.worker,
+            environment=self.environment,
+            checkpoints=self.checkpoints,
+            colour=self.colour,
+            tiling=self.tiling,
+        )
 
 
 @dataclass(frozen=True)

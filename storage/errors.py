@@ -48,3 +48,22 @@ def reading(
         raise FrameError(uri, frame, f"{prefix}access denied ({exc})") from exc
     except OSError as exc:
         raise FrameError(uri, frame, f"{prefix}{failed} ({exc})") from exc
+
+
+@contextmanager
+def writing(uri: str, frame: int | None) -> Iterator[None]:
+    """Name the output, not the input, when writing it fails: any error inside the block
+    becomes a FrameError for ``uri`` (a full disk says so: "No space left on device")."""
+    try:
+        yield
+    except FrameError as exc:
+        if exc.uri == uri:
+            raise
+        raise FrameError(uri, frame, f"cannot write this output: {exc}") from exc
+    except Exception as exc:
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = f"{exc.strerror} (errno {exc.errno})"
+            if exc.filename:
+                reason += f" at {exc.filename}"
+        raise FrameError(uri, frame, f"cannot write this output: {reason}") from exc

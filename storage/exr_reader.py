@@ -16,6 +16,7 @@ import OpenEXR
 
 from storage.errors import FrameError
 from storage.frame import Box, Frame
+from storage.native_output import captured_native_output
 
 EXR_MAGIC = b"\x76\x2f\x31\x01"
 
@@ -101,32 +102,45 @@ def read_exr(
     )
 
 
+def _is_openexr_line(line: str) -> bool:
+    return "EXR_ERR_" in line or line.startswith("Warning: Exception raised")
+
+
 def _open(source: str | BinaryIO, uri: str, frame: int | None) -> OpenEXR.File:
-    try:
-        exr = OpenEXR.File(source, separate_channels=True)
-        if not exr.parts:
-            raise ValueError("the file has no parts")
+    failure: Exception | None = None
+    with captured_native_output(_is_openexr_line) as said:
+        try:
+            exr = OpenEXR.File(source, separate_channels=True)
+            if not exr.parts:
+                raise ValueError("the file has no parts")
+        except (RuntimeError, ValueError, TypeError) as exc:
+            failure = exc
+    if failure is None:
         return exr
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise FrameError(uri, frame, _diagnose(source, exc)) from exc
+    raise FrameError(uri, frame, _diagnose(source, failure, said)) from failure
 
 
-def _diagnose(source: str | BinaryIO, exc: Exception) -> str:
-    """Tell 'not an EXR' from 'EXR whose pixel data is cut short or damaged'."""
-    try:
-        if not isinstance(source, str):
-            source.seek(0)
-        header = OpenEXR.File(source, header_only=True)
-        header_ok = bool(header.parts)
-    except (RuntimeError, ValueError, TypeError):
-        header_ok = False
+def _diagnose(source: str | BinaryIO, exc: Exception, said: list[str]) -> str:
+    """Tell 'not an EXR' from 'EXR whose pixel data is cut short or damaged'; ``said`` is
+    what the library printed while failing (its first line joins the reason)."""
+    with captured_native_output(_is_openexr_line):
+        try:
+            if not isinstance(source, str):
+                source.seek(0)
+            header = OpenEXR.File(source, header_only=True)
+            header_ok = bool(header.parts)
+        except (RuntimeError, ValueError, TypeError):
+            header_ok = False
     size = _size_text(source)
+    detail = f"OpenEXR: {exc}"
+    if said:
+        detail += "; " + said[0].removeprefix("Warning: ").split(": ", 1)[-1].strip()
     if header_ok:
         return (
             f"truncated or corrupt OpenEXR: the header is readable but the pixel data is not "
-            f"({size}; OpenEXR: {exc})"
+            f"({size}; {detail})"
         )
-    return f"corrupt OpenEXR: the header cannot be parsed ({size}; OpenEXR: {exc})"
+    return f"corrupt OpenEXR: the header cannot be parsed ({size}; {detail})"
 
 
 def _size_text(source: str | BinaryIO) -> str:

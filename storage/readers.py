@@ -108,7 +108,8 @@ def apply_nonfinite_policy(frame: Frame, policy: NonFinitePolicy) -> Frame:
             frame.uri,
             frame.frame,
             f"{bad_pixels} pixels hold non-finite values ({nan_values} NaN, {inf_values} Inf "
-            f"in channels {', '.join(bad_channels)}); read with nonfinite='zero' to zero them",
+            f"in channels {', '.join(bad_channels)}); fix the plate, or submit with "
+            "--nonfinite zero to read them as 0",
         )
     frame.pixels[bad] = 0.0
     frame.attributes[NONFINITE_ATTRIBUTE] = bad_pixels

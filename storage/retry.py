@@ -1,6 +1,9 @@
-"""Retrying object-store requests: exponential backoff with full jitter inside a bounded total
-time, so throttling ("SlowDown", 503) or a dropped connection costs a wait, not a frame or a
-scan, and a store that stays down is reported after a known time rather than never."""
+"""Retrying requests to a service that may be briefly away (an object store, the catalog's
+database): exponential backoff with full jitter inside a bounded total time, so throttling
+("SlowDown", 503), a dropped connection or a database restart costs a wait, not a frame or a
+scan, and a service that stays down is reported after a known time rather than never.
+
+Plain Python with no dependencies: the object-store readers and the catalog writer share it."""
 
 from __future__ import annotations
 
@@ -36,11 +39,15 @@ def with_retries(
     policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-    error: type[RetriesExhausted] = RetriesExhausted,
+    error: type[Exception] = RetriesExhausted,
+    retryable: Callable[[Exception], bool] | None = None,
 ) -> Any:
     """Run ``action``; on a transient error wait (exponential backoff, full jitter) and try
     again until it succeeds, the attempts run out or the deadline would pass (then ``error``
-    names ``what``, the attempts, the time and the last cause)."""
+    names ``what``, the attempts, the time and the last cause).
+
+    Transient means: not one of the permanent OS errors (missing, forbidden) and, when
+    ``retryable`` is given, an error it accepts; anything else is raised at once."""
     start = clock()
     wait = policy.first_wait_s
     for attempt in range(1, policy.attempts + 1):
@@ -49,6 +56,8 @@ def with_retries(
         except _PERMANENT:
             raise
         except Exception as exc:
+            if retryable is not None and not retryable(exc):
+                raise
             elapsed = clock() - start
             pause = random.uniform(0, wait)
             if attempt == policy.attempts or elapsed + pause > policy.deadline_s:

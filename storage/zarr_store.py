@@ -11,9 +11,18 @@ Layout (one group per shot, created once by the flow before any worker writes):
 | `seg`      | (T, H, W)      | u1    | frame, y, x                       | 255   |
 | `pose`     | (T, P, 308, 3) | f4    | frame, person, keypoint, xys      | NaN   |
 | `frame`    | (T,)           | i8    | frame (the plate frame numbers)   | -1    |
+| `frame_key`| (T, 32)        | u1    | frame, digest                     | 0     |
 
 The fill values mark what was never written (a failed frame reads as NaN / 255, never as a
 plausible zero); `pose` holds (x, y, score) per keypoint and NaN for absent people.
+
+`frame_key` is each frame's commit mark: the sha256 digest of the cache key its passes were
+made with, written after every pass of the frame and zeroed before any pass is rewritten.
+A frame counts as stored only when its mark equals the key a resubmit expects and every pass
+array holds the shard it lies in (`committed_frames`), so a store that was recreated, lost
+objects or was half-rewritten by a writer that died says which frames it really holds.
+Empty chunks are written too (a frame with no people has an all-NaN pose block, which Zarr
+would otherwise leave unwritten), so every committed frame's shards exist.
 
 Chunks hold one frame; shards hold `frames_per_shard` frames (Blosc lz4 + byte shuffle,
 `ZARR_COMPRESSOR`). Why lz4 rather than zstd: on a 4096x2160 frame of every pass, Blosc zstd
@@ -30,24 +39,29 @@ one shard lose data silently (stack-notes §4.3): give each shard to exactly one
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import zarr
 import zarr.codecs
+from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from storage.errors import FrameError, StorageError
-from storage.uri import default_storage_options, is_remote
+from storage.uri import default_storage_options, filesystem_for, is_remote
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = "sapiens2-shot/1"
+STORE_FORMAT = "sapiens2-shot/2"  # /2 added frame_key; a /1 store is replaced (redone)
 KEYPOINTS = 308
 SEG_FILL = 255
 FRAME_ARRAY = "frame"
+FRAME_KEY_ARRAY = "frame_key"
+KEY_BYTES = 32  # a sha256 digest
+WRITE_CONFIG = {"write_empty_chunks": True}
 # Byte shuffle puts the high bytes of float16/float32 together, where lz4 finds runs.
 ZARR_COMPRESSOR = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
 
@@ -98,7 +112,8 @@ def shard_frames(
 
 def stored_frames_per_shard(uri: str, storage_options: dict[str, Any] | None = None) -> int | None:
     """The shard size of an existing shot store (None: no store), so a re-run keeps it."""
-    existing = _existing_layout(_store(uri, storage_options, read_only=True))
+    with _opened(uri, storage_options, read_only=True) as store:
+        existing = _existing_layout(store)
     if existing is None:
         return None
     value = existing[0].get("frames_per_shard")
@@ -149,7 +164,24 @@ def create_shot_store(
         "max_people": max_people,
         "passes": [name for name in PASS_LAYOUTS if name in passes],
     }
-    store = _store(uri, storage_options, read_only=False)
+    with _opened(uri, storage_options, read_only=False) as store:
+        _create_in(
+            uri, store, layout, frame_numbers, provenance, height, width, max_people, overwrite
+        )
+
+
+def _create_in(
+    uri: str,
+    store: Any,
+    layout: dict[str, Any],
+    frame_numbers: list[int],
+    provenance: Mapping[str, Any],
+    height: int,
+    width: int,
+    max_people: int,
+    overwrite: bool,
+) -> None:
+    frames_per_shard = int(layout["frames_per_shard"])
     if not overwrite:
         existing = _existing_layout(store)
         if existing is not None:
@@ -174,6 +206,16 @@ def create_shot_store(
         compressors=None,
     )
     frame_array[:] = np.asarray(frame_numbers, dtype=np.int64)
+    group.create_array(
+        FRAME_KEY_ARRAY,
+        shape=(count, KEY_BYTES),
+        dtype="uint8",
+        chunks=(1, KEY_BYTES),
+        shards=(min(frames_per_shard, count), KEY_BYTES),
+        compressors=None,
+        fill_value=0,
+        dimension_names=("frame", "digest"),
+    )
     sizes = {"H": height, "W": width, "P": max_people}
     for name in layout["passes"]:
         spec = PASS_LAYOUTS[name]
@@ -208,7 +250,29 @@ class ShotStoreWriter:
         self.group = open_shot_store(uri, "r+", storage_options)
         self.frames = [int(frame) for frame in self.group[FRAME_ARRAY][:]]
         self.max_people = int(self.group.attrs["max_people"])
-        self._arrays = {name: self.group[name] for name in self.group.attrs["passes"]}
+        self._arrays = {
+            name: self.group[name].with_config(WRITE_CONFIG) for name in self.group.attrs["passes"]
+        }
+        self._keys = self.group[FRAME_KEY_ARRAY]
+
+    def close(self) -> None:
+        close_store(self.group.store)
+
+    @property
+    def arrays(self) -> list[str]:
+        """The pass arrays of the store."""
+        return list(self._arrays)
+
+    def array_uri(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{name}"
+
+    def retract(self, frame_index: int) -> None:
+        """Zero the frame's commit mark before any of its passes is rewritten."""
+        self._keys[frame_index] = np.zeros(KEY_BYTES, dtype=np.uint8)
+
+    def commit(self, frame_index: int, cache_key: str) -> None:
+        """Mark the frame stored with ``cache_key`` (hex sha256), after all its passes."""
+        self._keys[frame_index] = key_digest(cache_key)
 
     def index_of(self, frame_number: int) -> int:
         try:
@@ -264,6 +328,67 @@ class ShotStoreWriter:
         return block.astype(PASS_LAYOUTS[name].dtype, copy=False)
 
 
+def key_digest(cache_key: str) -> np.ndarray:
+    """The 32 bytes of a hex sha256 cache key, as `frame_key` stores them."""
+    digest = bytes.fromhex(cache_key)
+    if len(digest) != KEY_BYTES:
+        raise ValueError(f"a cache key is a hex sha256 (64 digits), got {cache_key!r}")
+    return np.frombuffer(digest, dtype=np.uint8)
+
+
+def committed_frames(uri: str, storage_options: dict[str, Any] | None = None) -> dict[int, str]:
+    """Frame number -> cache key (hex) of every frame the store really holds: its commit mark
+    is set and each pass array has the shard it lies in. Empty for a missing store or one of
+    another format. Reads two small arrays and lists each pass array's shards once."""
+    with _opened(uri, storage_options, read_only=True) as store:
+        try:
+            group = zarr.open_group(store, mode="r")
+        except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+            return {}
+        return _committed(group, uri, storage_options)
+
+
+def _committed(
+    group: zarr.Group, uri: str, storage_options: dict[str, Any] | None
+) -> dict[int, str]:
+    attrs = dict(group.attrs)
+    if attrs.get("format") != STORE_FORMAT or FRAME_KEY_ARRAY not in group:
+        return {}
+    frames = [int(frame) for frame in group[FRAME_ARRAY][:]]
+    keys = np.asarray(group[FRAME_KEY_ARRAY][:])
+    per_shard = int(attrs["frames_per_shard"])
+    present = [_shards_present(group[name], uri, storage_options) for name in attrs["passes"]]
+    committed = {}
+    for index, frame in enumerate(frames):
+        if not keys[index].any():
+            continue
+        shard = shard_of(index, per_shard)
+        if all(shard in shards for shards in present):
+            committed[frame] = keys[index].tobytes().hex()
+    return committed
+
+
+def _shards_present(
+    array: zarr.Array, uri: str, storage_options: dict[str, Any] | None
+) -> set[int]:
+    """Frame-axis indices of the shards of ``array`` that exist in storage (one listing)."""
+    fs, root = filesystem_for(f"{uri.rstrip('/')}/{array.basename}", storage_options)
+    first_key = array.metadata.encode_chunk_key((0,) * array.ndim)  # e.g. c/0/0/0/0
+    prefix, _, _ = first_key.partition("0")
+    try:
+        fs.invalidate_cache(root)
+        names = fs.find(f"{root}/{prefix}".rstrip("/"))
+    except FileNotFoundError:
+        return set()
+    shards = set()
+    start = len(f"{root}/{prefix}".rstrip("/")) + 1
+    for name in names:
+        head = str(name)[start:].split("/", 1)[0]
+        if head.isdigit():
+            shards.add(int(head))
+    return shards
+
+
 def write_frame(
     uri: str,
     frame_index: int,
@@ -271,7 +396,11 @@ def write_frame(
     storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Open the existing store (r+) and write one frame's region; see ShotStoreWriter."""
-    return ShotStoreWriter(uri, storage_options).write_frame(frame_index, arrays)
+    writer = ShotStoreWriter(uri, storage_options)
+    try:
+        return writer.write_frame(frame_index, arrays)
+    finally:
+        writer.close()
 
 
 def read_frame(
@@ -282,8 +411,11 @@ def read_frame(
 ) -> dict[str, np.ndarray]:
     """One frame of the named passes (default: all) as numpy arrays."""
     group = open_shot_store(uri, "r", storage_options)
-    names = list(passes) if passes is not None else list(group.attrs["passes"])
-    return {name: np.asarray(group[name][frame_index]) for name in names}
+    try:
+        names = list(passes) if passes is not None else list(group.attrs["passes"])
+        return {name: np.asarray(group[name][frame_index]) for name in names}
+    finally:
+        close_store(group.store)
 
 
 def _pose_block(people: Sequence[Any], max_people: int) -> np.ndarray:
@@ -316,11 +448,34 @@ def _field(person: Any, name: str) -> Any:
 
 
 def _store(uri: str, storage_options: dict[str, Any] | None, read_only: bool) -> Any:
+    """A store over ``uri``. Remote: an asynchronous filesystem of its own (not fsspec's
+    shared instance), closed by `close_store` when the caller is done with it."""
     if is_remote(uri):
         options = default_storage_options(uri) if storage_options is None else storage_options
+        options = {**options, "skip_instance_cache": True}
         return FsspecStore.from_url(uri, storage_options=options, read_only=read_only)
     path = uri.removeprefix("file://")
     return LocalStore(path, read_only=read_only)
+
+
+def close_store(store: Any) -> None:
+    """Close the network session of a remote store from `_store` (s3fs opens one aiohttp
+    session per asynchronous filesystem and, unlike for its synchronous ones, registers
+    nothing to close it: left to the garbage collector it is reported as "Unclosed client
+    session"). Nothing to do for a local store."""
+    client = getattr(getattr(store, "fs", None), "_s3", None)  # s3fs's aiobotocore client
+    if client is not None:
+        sync(client.close())
+        store.fs._s3 = None
+
+
+@contextmanager
+def _opened(uri: str, storage_options: dict[str, Any] | None, read_only: bool) -> Iterator[Any]:
+    store = _store(uri, storage_options, read_only)
+    try:
+        yield store
+    finally:
+        close_store(store)
 
 
 def _existing_layout(store: Any) -> tuple[dict[str, Any], list[int]] | None:

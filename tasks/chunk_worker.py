@@ -12,12 +12,19 @@ pixels). Three stages overlap so the model does not wait on I/O:
 
 Everything written is idempotent (atomic files, whole Zarr chunks), so a chunk rerun after a
 worker dies rewrites the same bytes. A frame that fails is recorded with the file, frame and
-reason; the other frames go on.
+reason (the output that could not be written, when writing failed); the other frames go on.
+
+Per frame, the writes are ordered so that what is on disk never claims more than is there:
+the frame's Zarr commit mark is zeroed first, then the EXR, the Zarr regions, the pose
+fragment and the previews are written, then the commit mark is set and the frame record
+(`tasks.frame_records`) written last. A frame that fails while writing removes the files this
+attempt wrote, so a failed frame leaves no output that the catalog does not describe.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import queue
 import resource
@@ -35,8 +42,8 @@ from sapiens.keypoints import KEYPOINT_COLORS, SKELETON, SKELETON_COLORS
 from sapiens.predictor import Predictor
 from sapiens.seg_classes import BACKGROUND, SEG_CLASSES
 from schemas.spec import ShotSpec, cache_key
-from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord
-from storage.errors import FrameError
+from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary, OutputRecord
+from storage.errors import FrameError, writing
 from storage.exr_writer import (
     PART_DTYPES,
     PART_ORDER,
@@ -53,11 +60,14 @@ from tasks.anamorphic import desqueeze, resqueeze
 from tasks.blending import FrameBlender
 from tasks.checkpoints import CheckpointRef
 from tasks.colour import ColourConversion
+from tasks.frame_records import remove_file, write_frame_record
 from tasks.layout import ShotLayout
 from tasks.model_cache import get_predictor
 from tasks.normal_rotation import normalize_vectors, rotate_normals, tile_rotation
 from tasks.person_boxes import boxes_from_mask
 from tasks.tiling import extract_tiles, plan_frame
+
+log = logging.getLogger("svfx.worker")
 
 READ_AHEAD = 2
 WRITE_BEHIND = 2
@@ -124,22 +134,23 @@ def process_chunk(job: ChunkJob) -> ChunkSummary:
         job.checkpoints, precision=spec.precision, batch_size=spec.batch_size
     )
     colour = ColourConversion(job.plate_colorspace)
-    runner = _ChunkRunner(job, spec, predictor, colour)
-    summaries = runner.run()
-    device = predictor.device
-    return ChunkSummary(
-        chunk_index=job.index,
-        frames=summaries,
+    context = ChunkContext(
         worker=f"{socket.gethostname()}:{os.getpid()}",
         environment=environment(predictor),
         checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
         colour={**colour.to_model_info.as_dict(), "albedo": colour.albedo_info.description},
-        tiling={**spec.tiling.model_dump(), "device": str(device)},
-        wall_s=time.perf_counter() - start,
-        model_s=runner.model_s,
-        load_s=load_s,
-        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        tiling={**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
+    runner = _ChunkRunner(job, spec, predictor, colour, context)
+    try:
+        summary = context.summary(runner.run(), job.index)
+    finally:
+        runner.store.close()
+    summary.wall_s = time.perf_counter() - start
+    summary.model_s = runner.model_s
+    summary.load_s = load_s
+    summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return summary
 
 
 def environment(predictor: Predictor) -> dict[str, Any]:
@@ -164,9 +175,15 @@ def environment(predictor: Predictor) -> dict[str, Any]:
 
 class _ChunkRunner:
     def __init__(
-        self, job: ChunkJob, spec: ShotSpec, predictor: Predictor, colour: ColourConversion
+        self,
+        job: ChunkJob,
+        spec: ShotSpec,
+        predictor: Predictor,
+        colour: ColourConversion,
+        context: ChunkContext,
     ) -> None:
         self.job = job
+        self.context = context
         self.spec = spec
         self.predictor = predictor
         self.colour = colour
@@ -233,7 +250,7 @@ class _ChunkRunner:
         data = fetch_bytes(uri, self.job.plate_storage_options or None, frame=number)
         summary.plate_sha256 = hashlib.sha256(data).hexdigest()
         summary.plate_size = len(data)
-        plate = decode_frame(data, uri, frame=number)
+        plate = decode_frame(data, uri, frame=number, nonfinite=self.spec.nonfinite)
         del data
         if (plate.height, plate.width) != self.job.frame_hw:
             h, w = self.job.frame_hw
@@ -348,15 +365,33 @@ class _ChunkRunner:
     def _write(self, result: _Result) -> FrameSummary:
         prepared = result.prepared
         summary = prepared.summary
+        written: list[str] = []  # committed by this attempt: removed if the frame fails
         try:
-            self._write_outputs(result)
+            self._write_outputs(result, written)
         except Exception as exc:
+            summary.discarded = self._discard(prepared.number, written)
             return _failed(summary, exc, prepared.uri)
         return summary
 
-    def _write_outputs(self, result: _Result) -> None:
+    def _discard(self, number: int, written: list[str]) -> list[str]:
+        """Remove what a failed frame's attempt wrote (its Zarr mark is already zeroed), so
+        the disk holds nothing the catalog does not describe; returns the outputs whose old
+        catalog rows no longer hold (the files and the Zarr regions)."""
+        options = self.job.storage_options or None
+        for uri in [*written, self.job.layout.frame_record(number)]:
+            problem = remove_file(uri, options)
+            if problem:
+                log.warning("frame %d: could not remove a partial output: %s", number, problem)
+        arrays = [self.store.array_uri(name) for name in self.store.arrays]
+        return [*written, *arrays]
+
+    def _write_outputs(self, result: _Result, written: list[str]) -> None:
         prepared = result.prepared
         summary, plate, number = prepared.summary, prepared.plate, prepared.number
+        options = self.job.storage_options or None
+        index = self.job.store_indices[self.job.frames.index(number)]
+        with writing(self.job.layout.zarr, number), self.zarr_lock:
+            self.store.retract(index)  # from here on the store does not claim this frame
         t0 = time.perf_counter()
         passes = {name: result.passes[name] for name in self.spec.passes if name in result.passes}
         if abs(plate.pixel_aspect - 1.0) > 1e-6:
@@ -372,15 +407,18 @@ class _ChunkRunner:
         # each at 4K)
         labels = class_labels(passes["seg"], np.uint8) if "seg" in passes else None
         if passes:
-            exr = write_passes_exr(
-                self.job.layout.exr(number),
-                plate,
-                passes,
-                self.provenance,
-                class_names=SEG_CLASSES,
-                storage_options=self.job.storage_options or None,
-                seg_labels=labels,
-            )
+            exr_uri = self.job.layout.exr(number)
+            with writing(exr_uri, number):
+                exr = write_passes_exr(
+                    exr_uri,
+                    plate,
+                    passes,
+                    self.provenance,
+                    class_names=SEG_CLASSES,
+                    storage_options=options,
+                    seg_labels=labels,
+                )
+            written.append(exr.uri)
             for part in (p for p in PART_ORDER if PASS_OF_PART[p] in passes):
                 name = PASS_OF_PART[part]
                 records.append(
@@ -395,27 +433,24 @@ class _ChunkRunner:
             arrays["seg"] = labels
         if "pose" in self.spec.passes:
             arrays["pose"] = result.people
-        index = self.job.store_indices[self.job.frames.index(number)]
         blocks = self.store.prepare_frame(index, arrays)
-        with self.zarr_lock:
-            self.store.write_prepared(index, blocks)
         for name, block in blocks.items():
+            with writing(self.store.array_uri(name), number), self.zarr_lock:
+                self.store.write_prepared(index, {name: block})
             region = np.ascontiguousarray(block)  # exactly the bytes stored
             records.append(
                 OutputRecord(
-                    name, number, "zarr", f"{self.job.layout.zarr}/{name}",
+                    name, number, "zarr", self.store.array_uri(name),
                     hashlib.sha256(region.tobytes()).hexdigest(), region.nbytes,
                     tuple(region.shape), str(region.dtype), None, key,
                 )
             )  # fmt: skip
         t2 = time.perf_counter()
         if "pose" in self.spec.passes:
-            fragment = write_pose_fragment(
-                self.job.layout.pose_fragments,
-                number,
-                result.people,
-                self.job.storage_options or None,
-            )
+            fragments = self.job.layout.pose_fragments
+            with writing(f"{fragments}/{number}", number):
+                fragment = write_pose_fragment(fragments, number, result.people, options)
+            written.append(fragment.uri)
             records.append(
                 OutputRecord(
                     "pose", number, "pose_json", fragment.uri, fragment.sha256, fragment.size,
@@ -424,14 +459,20 @@ class _ChunkRunner:
             )  # fmt: skip
         if self.spec.previews:
             shown = dict(passes) if labels is None else {**passes, "seg": labels}
-            records.extend(self._previews(result, shown, key))
+            records.extend(self._previews(result, shown, key, written))
         summary.outputs = records
         summary.timings["write_exr"] = t1 - t0
         summary.timings["write_zarr"] = t2 - t1
         summary.timings["write_other"] = time.perf_counter() - t2
+        if key:  # every output is on disk: the store may claim the frame, then the record
+            with writing(self.job.layout.zarr, number), self.zarr_lock:
+                self.store.commit(index, key)
+            record = self.job.layout.frame_record(number)
+            with writing(record, number):
+                write_frame_record(record, summary, self.context, options)
 
     def _previews(
-        self, result: _Result, passes: dict[str, np.ndarray], key: str
+        self, result: _Result, passes: dict[str, np.ndarray], key: str, written: list[str]
     ) -> list[OutputRecord]:
         number = result.prepared.number
         aspect = result.prepared.plate.pixel_aspect
@@ -455,12 +496,13 @@ class _ChunkRunner:
                 pixel_aspect=aspect,
             )
         for name, image in images.items():
-            written = write_image(
-                self.job.layout.preview(name, number), image, self.job.storage_options or None
-            )
+            uri = self.job.layout.preview(name, number)
+            with writing(uri, number):
+                preview = write_image(uri, image, self.job.storage_options or None)
+            written.append(preview.uri)
             records.append(
                 OutputRecord(
-                    name, number, "preview", written.uri, written.sha256, written.size,
+                    name, number, "preview", preview.uri, preview.sha256, preview.size,
                     tuple(image.shape), "uint8", None, key,
                 )
             )  # fmt: skip

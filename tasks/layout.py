@@ -7,6 +7,7 @@ with several (``bg01``, ``fg01``), so two elements never overwrite each other.
     <name>_pose.json                   pose of the shot, readable without the platform
     previews/<pass>/<name>_<pass>.<frame>.jpg, previews/<name>_<pass>_contact.jpg
     review/<name>_<pass>.mp4           review clip per pass, frame numbers burnt in
+    .frame_records/<name>.<frame>.json what the worker made of each frame, written last
 
 with ``<name> = <shot>_sapiens2_<version>`` (``<shot>_<element>_sapiens2_<version>``); frame
 numbers padded like the plate (>= 4).
@@ -65,6 +66,13 @@ class ShotLayout:
     @property
     def pose_fragments(self) -> str:
         return f"{self.root}/.pose_frames"
+
+    @property
+    def frame_records(self) -> str:
+        return f"{self.root}/.frame_records"
+
+    def frame_record(self, frame: int) -> str:
+        return f"{self.frame_records}/{self.name}.{self._frame(frame)}.json"
 
     def preview(self, pass_name: str, frame: int) -> str:
         return f"{self.root}/previews/{pass_name}/{self.name}_{pass_name}.{self._frame(frame)}.jpg"

@@ -3,8 +3,11 @@ settings under a temporary SVFX_HOME, and tiny untrained checkpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from distributed import Client, LocalCluster
 
 from flows.demo import DEMO_COLORSPACE, write_demo_plate
 from schemas.settings import Settings
@@ -33,3 +36,15 @@ def spec_data(pattern: str, output_root: Path, **extra: Any) -> dict[str, Any]:
 
 def settings_for(home: Path, **extra: Any) -> Settings:
     return Settings(home=home, allowed_roots=[str(home)], local_workers=2, **extra)
+
+
+def local_client(workers: int = 2) -> Iterator[Client]:
+    """A LocalCluster of worker processes (one thread each, no dashboard) and its client,
+    for a module-scoped fixture: ``client = pytest.fixture(scope="module")(local_client)``."""
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
+        yield client

@@ -170,6 +170,9 @@ def test_a_shot_with_plate_and_outputs_on_s3(
         expected |= {f"previews/{pass_name}/{name}_{pass_name}.{f}.jpg" for f in frames}
         expected |= {f"previews/{name}_{pass_name}_contact.jpg", f"review/{name}_{pass_name}.mp4"}
     expected |= {f"{name}.zarr/zarr.json", f"{name}.zarr/frame/zarr.json", f"{name}.zarr/frame/c/0"}
+    expected |= {f".frame_records/{name}.{f}.json" for f in frames}
+    expected |= {f"{name}.zarr/frame_key/zarr.json"}
+    expected |= {f"{name}.zarr/frame_key/c/{shard}/0" for shard in (0, 1)}
     for pass_name in PASSES:  # 5 frames in shards of 3: two shard objects per pass
         trailing = "/0" * (store[pass_name].ndim - 1)
         expected |= {f"{name}.zarr/{pass_name}/zarr.json"}
@@ -183,6 +186,13 @@ def test_a_shot_with_plate_and_outputs_on_s3(
     assert again.done == [] and sorted(again.skipped) == frames
     assert again.chunks == 0 and again.model_s == 0
     assert sorted(fs.find(output_root, refresh=True)) == keys
+
+    # the endpoint loses the store's objects: the resubmit finds it and redoes every frame
+    fs.rm(f"{root}/{name}.zarr", recursive=True)
+    lost = run_planned_shot(plan_shot(spec, settings), catalog, s3_cluster)
+    assert lost.status == "complete" and sorted(lost.done) == frames
+    store = zarr.open_group(result.zarr, mode="r", storage_options=options)
+    assert not np.isnan(store["normal"][:].astype(np.float32)).any()
 
 
 def test_a_plate_on_s3_with_outputs_on_local_disk(

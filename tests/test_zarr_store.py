@@ -107,7 +107,7 @@ def test_only_requested_passes(tmp_path: Path) -> None:
     uri = str(tmp_path / "some.zarr")
     _create(uri, passes=["matte", "seg"])
     group = zarr.open_group(uri, mode="r")
-    assert sorted(group.array_keys()) == ["frame", "matte", "seg"]
+    assert sorted(group.array_keys()) == ["frame", "frame_key", "matte", "seg"]
 
 
 def test_local_round_trip_and_unwritten_frames(tmp_path: Path) -> None:

@@ -5,6 +5,13 @@ upserted on their natural keys with the dialect's ``INSERT ... ON CONFLICT``, so
 chunk again after a Dask retry updates rows in place instead of adding new ones. Job counters
 are recomputed from ``job_frames`` inside the same transaction, after the job row is locked
 (``SELECT ... FOR UPDATE`` on PostgreSQL), so concurrent writers never lose a count.
+
+Because every write is idempotent, a transaction that fails on a transient database error (a
+PostgreSQL restart, a dropped connection, SQLite busy) is simply run again, with backoff,
+within a bounded time (``CATALOG_RETRY``); then ``CatalogUnavailable`` names the catalog.
+Registering a job is made idempotent too (a retried registration finds the row it may have
+committed), and checks that no live job writes the same output folder (``JobConflict``),
+closing jobs whose process is gone (``schemas.catalog.lease``).
 """
 
 from __future__ import annotations
@@ -12,17 +19,40 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, case, delete, func, null, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    case,
+    delete,
+    func,
+    null,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import (
+    DatabaseError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    OperationalError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from schemas.catalog import models as m
+from schemas.catalog.db import describe, forget
+from schemas.catalog.errors import CatalogDamaged, CatalogUnavailable, JobConflict
+from schemas.catalog.lease import LEASE_S, owner_alive
 from schemas.catalog.queries import jobs, reading, with_shot
 from schemas.catalog.uris import normalise_uri
+from storage.retry import RetriesExhausted, RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     from schemas.spec import ShotSpec
@@ -44,21 +74,95 @@ CHECKPOINTS, PROVENANCE = _table(m.Checkpoint), _table(m.Provenance)
 JOBS, JOB_FRAMES = _table(m.Job), _table(m.JobFrame)
 OUTPUTS, OUTPUT_CHECKPOINTS = _table(m.Output), _table(m.OutputCheckpoint)
 _OUTPUT_KEY = ("uri", "part", "frame", "pass_name")
+# Long enough for a database server to restart or fail over, short enough that a database
+# that is really gone is reported while the user still watches.
+CATALOG_RETRY = RetryPolicy(attempts=10_000, first_wait_s=0.25, max_wait_s=5.0, deadline_s=120.0)
+# PostgreSQL error classes worth another try: connection exceptions, the server shutting
+# down or starting up, too many connections, serialization failures and deadlocks.
+_TRANSIENT_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53", "40001", "40P01")
+T = TypeVar("T")
+
+
+class _GaveUp(RetriesExhausted):
+    pass
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a database error may pass if the transaction is simply run again."""
+    if isinstance(exc, DisconnectionError | PoolTimeout):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    if type(orig).__module__.startswith("psycopg"):
+        if sqlstate is None:  # no server answer at all: refused, reset, timed out
+            return isinstance(exc, OperationalError)
+        return str(sqlstate).startswith(_TRANSIENT_SQLSTATES)
+    text = str(orig).lower()
+    return isinstance(exc, OperationalError) and ("locked" in text or "busy" in text)
 
 
 class Catalog:
     """Writer API over one engine (see ``schemas.catalog.db.open_catalog``)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, retry: RetryPolicy = CATALOG_RETRY) -> None:
         self.engine = engine
+        self.retry = retry
+        self.where = describe(engine)
 
     def close(self) -> None:
+        """Release the engine's connections; `open_catalog` then opens the catalog afresh."""
+        forget(self.engine)
         self.engine.dispose()
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with self.engine.begin() as connection:
-            yield connection
+    def with_retry(self, policy: RetryPolicy) -> Catalog:
+        """The same catalog (same engine) waiting at most as ``policy`` says on each write."""
+        return Catalog(self.engine, policy)
+
+    def _write(self, work: Callable[[Connection], T], what: str) -> T:
+        """``work`` in one write transaction, run again on transient errors (see above)."""
+
+        def attempt() -> T:
+            with self.engine.begin() as connection:
+                return work(connection)
+
+        return self._retrying(attempt, what)
+
+    def _read(self, work: Callable[[Connection], T], what: str) -> T:
+        def attempt() -> T:
+            with reading(self.engine) as connection:
+                return work(cast(Connection, connection))
+
+        return self._retrying(attempt, what)
+
+    def _retrying(self, attempt: Callable[[], T], what: str) -> T:
+        try:
+            return cast(
+                T,
+                with_retries(attempt, what, self.retry, error=_GaveUp, retryable=is_transient),
+            )
+        except _GaveUp as exc:
+            raise CatalogUnavailable(
+                self.where,
+                f"unreachable: {exc} (frames written meanwhile are on disk, with "
+                "their frame records, and are recorded by the next run)",
+            ) from None
+        except OperationalError as exc:
+            reason = str(exc.orig)
+            if "no such table" in reason or "no such column" in reason:
+                raise CatalogDamaged(
+                    self.where, f"its tables are gone ({reason}); it was wiped or replaced"
+                ) from None
+            raise
+        except DatabaseError as exc:
+            if self.engine.dialect.name != "sqlite" or isinstance(exc, IntegrityError):
+                raise
+            raise CatalogDamaged(  # "file is not a database", "disk image is malformed"
+                self.where, f"the file is damaged ({exc.orig}); restore it from a backup"
+            ) from None
 
     # -- jobs ----------------------------------------------------------------------------
     def register_job(
@@ -68,19 +172,28 @@ class Catalog:
         flow_run_id: str | None = None,
         *,
         uris: Mapping[int, str] | None = None,
+        output_root: str | None = None,
+        owner: str | None = None,
+        lease_s: float = LEASE_S,
     ) -> int:
         """Upsert show, sequence, shot, plate and its frames, then add a 'running' job.
 
         Plate frame URIs are not in PlateInfo: pass ``uris`` (frame -> URI) if known, else
         they stay '' until a chunk records them. A frame whose fingerprint changed since the
         last registration loses its stored sha256 (the file was re-pulled).
+
+        With ``output_root`` (the folder the job writes) and ``owner``
+        (``lease.start_run()``), running jobs on the same folder are looked at first: one
+        whose owner is alive raises JobConflict; one whose owner is gone is closed (partial or
+        failed, with the reason). ``frames_total`` counts the range: present frames and holes.
         """
         frames = sorted(set(plate.frames))
         if not frames:
             raise ValueError(f"plate {plate.pattern} lists no frames; there is nothing to run")
         uris = uris or {}
         now = m.utcnow()
-        span = frames + list(plate.holes)
+        span = sorted(set(frames) | set(plate.holes))
+        root = normalise_uri(output_root) if output_root else None
         plate_values = {
             "first_frame": min(span),
             "last_frame": max(span),
@@ -93,12 +206,26 @@ class Catalog:
             "colorspace_guessed": bool(plate.colorspace_guessed),
             "updated_at": now,
         }
-        with self._write() as conn:
+
+        def work(conn: Connection) -> int:
             show_id = _get_id(conn, SHOWS, {"name": spec.show})
             sequence_id = _get_id(conn, SEQUENCES, {"show_id": show_id, "name": spec.sequence})
             shot_id = _get_id(
                 conn, SHOTS, {"sequence_id": sequence_id, "name": spec.shot}, created_at=now
             )
+            # one registration per shot at a time (SQLite: BEGIN IMMEDIATE already is)
+            conn.execute(select(SHOTS.c.id).where(SHOTS.c.id == shot_id).with_for_update())
+            mine = conn.execute(  # this very registration, committed by a failed attempt
+                select(JOBS.c.id).where(
+                    JOBS.c.shot_id == shot_id,
+                    JOBS.c.created_at == now,
+                    JOBS.c.submitter == spec.submitter,
+                )
+            ).scalar()
+            if mine is not None:
+                return int(mine)
+            if root is not None:
+                _settle_running_jobs(conn, spec, root, now, lease_s)
             ins = _insert(conn, PLATES).values(
                 shot_id=shot_id,
                 pattern=normalise_uri(plate.pattern),
@@ -134,19 +261,34 @@ class Catalog:
                 flow_run_id=flow_run_id,
                 created_at=now,
                 started_at=now,
-                frames_total=len(frames),
+                frames_total=len(span),
                 frames_done=0,
                 frames_failed=0,
                 frames_skipped=0,
+                owner=owner,
+                heartbeat_at=now if owner else None,
+                output_root=root,
             )
             return int(conn.execute(job.returning(JOBS.c.id)).scalar_one())
+
+        return self._write(work, f"registering a job for {spec.shot_path}")
+
+    def heartbeat(self, job_id: int) -> None:
+        """Say the job's owner is alive (once: no retries; the next beat tries again)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(JOBS)
+                .where(JOBS.c.id == job_id, JOBS.c.status == "running")
+                .values(heartbeat_at=m.utcnow())
+            )
 
     def record_chunk(self, job_id: int, chunk: ChunkSummary) -> None:
         """Record a chunk's plate checksums, checkpoints, provenance, outputs and frame results
         in one transaction; safe to repeat (a Dask retry) and to run concurrently."""
         _check_chunk(chunk)
         now = m.utcnow()
-        with self._write() as conn:
+
+        def work(conn: Connection) -> None:
             shot_id, plate_id = _lock_job(conn, job_id)
             _upsert_plate_frames(
                 conn,
@@ -163,6 +305,7 @@ class Catalog:
                     for f in chunk.frames
                 ),
             )
+            _forget_discarded(conn, shot_id, chunk)
             checkpoint_ids = _upsert_checkpoints(conn, chunk.checkpoints, now)
             provenance_id = _provenance_id(conn, provenance_data(chunk))
             _upsert_outputs(conn, job_id, shot_id, chunk, checkpoint_ids, provenance_id, now)
@@ -183,6 +326,10 @@ class Catalog:
             )
             _refresh_counters(conn, job_id)
 
+        frames = [f.frame for f in chunk.frames]
+        span = f"{min(frames)}-{max(frames)}" if frames else "no frames"
+        self._write(work, f"recording frames {span} of job {job_id}")
+
     def record_skipped(self, job_id: int, frames: Iterable[int]) -> None:
         """Mark frames skipped (their outputs are already up to date); a frame this job has
         already recorded keeps its status."""
@@ -190,16 +337,20 @@ class Catalog:
             {"job_id": job_id, "frame": int(f), "status": "skipped", "timings": {}, "worker": None}
             for f in frames
         ]
-        with self._write() as conn:
+
+        def work(conn: Connection) -> None:
             _lock_job(conn, job_id)
             _upsert_job_frames(conn, rows, replace=False)
             _refresh_counters(conn, job_id)
+
+        self._write(work, f"recording the skipped frames of job {job_id}")
 
     def finish_job(self, job_id: int, status: str, message: str | None = None) -> None:
         if status not in m.JOB_STATUSES:
             raise ValueError(f"unknown job status {status!r}; known: {', '.join(m.JOB_STATUSES)}")
         finished = m.utcnow() if status in FINAL_STATUSES else None
-        with self._write() as conn:
+
+        def work(conn: Connection) -> None:
             _lock_job(conn, job_id)
             conn.execute(
                 update(JOBS)
@@ -208,17 +359,21 @@ class Catalog:
             )
             _refresh_counters(conn, job_id)
 
+        self._write(work, f"closing job {job_id} as {status}")
+
     def set_flow_run(self, job_id: int, flow_run_id: str) -> None:
-        with self._write() as conn:
+        def work(conn: Connection) -> None:
             result = conn.execute(
                 update(JOBS).where(JOBS.c.id == job_id).values(flow_run_id=flow_run_id)
             )
             if result.rowcount == 0:
                 raise LookupError(f"no job {job_id} in the catalog")
 
+        self._write(work, f"setting the flow run of job {job_id}")
+
     def job(self, job_id: int) -> dict[str, Any]:
         """The job as ``queries.jobs`` shows it (with its failed frames)."""
-        found = jobs(self.engine, job_id=job_id, limit=1)
+        found = self._read(lambda conn: jobs(conn, job_id=job_id, limit=1), f"reading job {job_id}")
         if not found:
             raise LookupError(f"no job {job_id} in the catalog")
         return found[0]
@@ -235,8 +390,12 @@ class Catalog:
         )
         stmt = with_shot(stmt, PLATES.c.shot_id, show, sequence, shot)
         stmt = stmt.where(PLATES.c.pattern == normalise_uri(pattern))
-        with reading(self.engine) as conn:
-            return {r.frame: (r.size_bytes, r.fingerprint, r.sha256) for r in conn.execute(stmt)}
+        return self._read(
+            lambda conn: {
+                r.frame: (r.size_bytes, r.fingerprint, r.sha256) for r in conn.execute(stmt)
+            },
+            f"reading the plate frames of {show}/{sequence}/{shot}",
+        )
 
     def plate_frame_states(
         self, patterns: Iterable[str]
@@ -247,7 +406,8 @@ class Catalog:
         wanted = sorted({normalise_uri(p) for p in patterns})
         pf = PLATE_FRAMES.c
         states: dict[str, dict[int, tuple[int | None, str | None, bool]]] = {}
-        with reading(self.engine) as conn:
+
+        def work(conn: Connection) -> None:
             for start in range(0, len(wanted), 500):
                 stmt = (
                     select(PLATES.c.pattern, pf.frame, pf.size_bytes, pf.fingerprint, pf.sha256)
@@ -257,6 +417,8 @@ class Catalog:
                 for r in conn.execute(stmt):
                     frames = states.setdefault(r.pattern, {})
                     frames[r.frame] = (r.size_bytes, r.fingerprint, r.sha256 is not None)
+
+        self._read(work, "comparing plates")
         return states
 
     def existing_outputs(
@@ -264,16 +426,43 @@ class Catalog:
     ) -> dict[tuple[int, str], str]:
         """(frame, pass) -> cache key of the newest output of that kind (under ``uri_prefix``,
         the output folder of one element and version, when given)."""
+        newest = self.frame_outputs(show, sequence, shot, uri_prefix, kinds=(kind,))
+        return {(frame, name): row["cache_key"] for (frame, _, name), row in newest.items()}
+
+    def frame_outputs(
+        self,
+        show: str,
+        sequence: str,
+        shot: str,
+        uri_prefix: str = "",
+        kinds: tuple[str, ...] = m.OUTPUT_KINDS,
+    ) -> dict[tuple[int, str, str], dict[str, Any]]:
+        """(frame, kind, pass) -> the newest output row (uri, size_bytes, sha256, cache_key)
+        under ``uri_prefix`` (one element's and version's folder, when given)."""
         o = OUTPUTS.c
-        stmt = select(o.frame, o.pass_name, o.cache_key).select_from(OUTPUTS)
-        stmt = with_shot(stmt, o.shot_id, show, sequence, shot)
-        stmt = stmt.where(o.kind == kind).order_by(o.created_at, o.id)
+        stmt = select(o.frame, o.kind, o.pass_name, o.uri, o.size_bytes, o.sha256, o.cache_key)
+        stmt = with_shot(stmt.select_from(OUTPUTS), o.shot_id, show, sequence, shot)
+        stmt = stmt.where(o.kind.in_(kinds)).order_by(o.created_at, o.id)
         if uri_prefix:
             prefix = normalise_uri(uri_prefix.rstrip("/")) + "/"
             stmt = stmt.where(o.uri.startswith(prefix, autoescape=True))
-        with reading(self.engine) as conn:
-            # ascending order: the newest row for a (frame, pass) is written last and wins
-            return {(r.frame, r.pass_name): r.cache_key for r in conn.execute(stmt)}
+
+        def work(conn: Connection) -> dict[tuple[int, str, str], dict[str, Any]]:
+            # ascending order: the newest row for a (frame, kind, pass) is written last and wins
+            return {(r.frame, r.kind, r.pass_name): dict(r._mapping) for r in conn.execute(stmt)}
+
+        return self._read(work, f"reading the outputs of {show}/{sequence}/{shot}")
+
+    def running_jobs(self, output_root: str | None = None) -> list[dict[str, Any]]:
+        """Jobs still 'running' (on ``output_root`` when given), with their owner and last
+        heartbeat."""
+        stmt = select(JOBS).where(JOBS.c.status == "running")
+        if output_root is not None:
+            stmt = stmt.where(JOBS.c.output_root == normalise_uri(output_root))
+        return self._read(
+            lambda conn: [dict(r._mapping) for r in conn.execute(stmt)],
+            f"looking for running jobs on {output_root or 'any output folder'}",
+        )
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -304,6 +493,58 @@ def _lock_job(conn: Connection, job_id: int) -> tuple[int, int]:
     if row is None:
         raise LookupError(f"no job {job_id} in the catalog; register_job first")
     return int(row.shot_id), int(row.plate_id)
+
+
+def _settle_running_jobs(
+    conn: Connection, spec: ShotSpec, root: str, now: datetime, lease_s: float
+) -> None:
+    """Before a new job on ``root``: JobConflict if a live job runs there; close the running
+    jobs whose owner is gone (their unrecorded frames are redone by the new job)."""
+    running = conn.execute(
+        select(JOBS).where(JOBS.c.output_root == root, JOBS.c.status == "running")
+    ).all()
+    for job in running:
+        if job.owner is None:
+            continue  # registered without a lease (an old version): the scan's reaper decides
+        if owner_alive(job.owner, job.heartbeat_at, now, lease_s):
+            found = dict(job._mapping)
+            found.update(show=spec.show, sequence=spec.sequence, shot=spec.shot)
+            raise JobConflict(found)
+        recorded = job.frames_done + job.frames_skipped + job.frames_failed
+        beat = job.heartbeat_at.isoformat() if job.heartbeat_at else "never"
+        message = (
+            f"its process ({job.owner}) ended without finishing, last heard of {beat}: "
+            f"{recorded} of {job.frames_total} frames recorded; the rest are redone"
+        )
+        conn.execute(
+            update(JOBS)
+            .where(JOBS.c.id == job.id)
+            .values(
+                status="partial" if recorded else "failed",
+                message=message,
+                finished_at=now,
+            )
+        )
+
+
+def _forget_discarded(conn: Connection, shot_id: int, chunk: ChunkSummary) -> None:
+    """A failed frame removed what its attempt wrote: drop the rows describing those files
+    and Zarr regions, so the catalog says no more than the disk holds."""
+    gone = [
+        (f.frame, normalise_uri(uri))
+        for f in chunk.frames
+        if f.status == "failed"
+        for uri in f.discarded
+    ]
+    if not gone:
+        return
+    o = OUTPUTS.c
+    conn.execute(
+        delete(OUTPUTS).where(
+            o.shot_id == shot_id,
+            or_(*(and_(o.frame == frame, o.uri == uri) for frame, uri in gone)),
+        )
+    )
 
 
 def _dedupe(rows: Iterable[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:

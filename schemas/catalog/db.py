@@ -5,6 +5,12 @@ SQLite gets WAL, a 30 s busy timeout and ``BEGIN IMMEDIATE`` for every write tra
 updates (stack-notes 6.3). Reads can ask for a deferred ``BEGIN`` with the execution option
 ``catalog_read=True`` so they never wait for a writer in WAL mode.
 
+A SQLite catalog file is created on first use only: afterwards connections open it with
+``mode=rw`` and every transaction first checks that the file is still the one opened (same
+device and inode, not emptied), so a catalog deleted, replaced or wiped while a shot runs is
+refused by name instead of being silently recreated empty. A file that is not a SQLite
+database (truncated, overwritten) is refused by name too (``CatalogDamaged``).
+
 Migrations run from code (no alembic.ini): ``migrate(engine)`` upgrades to head inside one
 transaction; on PostgreSQL that transaction first takes an advisory lock, so concurrent
 startups migrate one at a time. Alembic's version table is ``catalog_alembic_version`` so the
@@ -14,15 +20,21 @@ catalog can share a database with other Alembic users (Prefect's server).
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
+import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+
+from schemas.catalog.errors import CatalogDamaged
 
 if TYPE_CHECKING:
     from schemas.catalog.catalog import Catalog
@@ -53,20 +65,63 @@ def parse_url(url: str) -> URL:
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for the catalog at ``url``, tuned for its dialect (see the module docstring).
 
-    A SQLite file's parent directory is created. Extra keyword arguments go to create_engine.
+    A SQLite file (and its parent directory) is created if missing; from then on the engine
+    only opens that file. Extra keyword arguments go to create_engine.
     """
     parsed = parse_url(url)
     if parsed.get_backend_name() == "postgresql":
         return create_engine(parsed, pool_pre_ping=True, **kwargs)
     database = parsed.database or ""
+    sqlite_file = None
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        sqlite_file = SqliteFile.create(Path(database).expanduser().resolve())
+        parsed = parsed.set(database=f"file:{quote(str(sqlite_file.path))}").update_query_dict(
+            {"mode": "rw", "uri": "true"}
+        )
     engine = create_engine(parsed, connect_args={"timeout": 30}, **kwargs)
-    _sqlite_pragmas_and_immediate_begin(engine)
+    _sqlite_pragmas_and_immediate_begin(engine, sqlite_file)
+    if sqlite_file is not None:
+        _SQLITE_FILES[engine] = sqlite_file
     return engine
 
 
-def _sqlite_pragmas_and_immediate_begin(engine: Engine) -> None:
+_SQLITE_FILES: weakref.WeakKeyDictionary[Engine, SqliteFile] = weakref.WeakKeyDictionary()
+
+
+class SqliteFile:
+    """The catalog's SQLite file as first opened (device, inode): a transaction on a file
+    that was since deleted, replaced or emptied is refused."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        info = path.stat()
+        self.identity = (info.st_dev, info.st_ino)
+
+    @classmethod
+    def create(cls, path: Path) -> SqliteFile:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            sqlite3.connect(path).close()  # an empty database file: migrations fill it
+        return cls(path)
+
+    def check(self) -> None:
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            raise CatalogDamaged(
+                str(self.path),
+                "the file was deleted while in use; refusing to start an empty catalog "
+                "mid-job (restore it from a backup, or run again to start a new one)",
+            ) from None
+        if (info.st_dev, info.st_ino) != self.identity:
+            raise CatalogDamaged(
+                str(self.path), "the file was replaced by another while in use; run again"
+            )
+        if info.st_size == 0:
+            raise CatalogDamaged(str(self.path), "the file was emptied while in use")
+
+
+def _sqlite_pragmas_and_immediate_begin(engine: Engine, sqlite_file: SqliteFile | None) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         # pysqlite must not emit BEGIN itself; the "begin" hook below does it.
@@ -82,8 +137,18 @@ def _sqlite_pragmas_and_immediate_begin(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
+        if sqlite_file is not None:
+            sqlite_file.check()
         read_only = connection.get_execution_options().get(READ_OPTION, False)
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def describe(engine: Engine) -> str:
+    """The catalog as a user knows it: the SQLite file, or the URL without its password."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database:
+        return unquote(url.database.removeprefix("file:"))
+    return url.render_as_string(hide_password=True)
 
 
 def alembic_config() -> Config:
@@ -112,19 +177,57 @@ _CATALOGS: dict[tuple[int, str], Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
 
 
-def open_catalog(url: str) -> Catalog:
+def open_catalog(url: str, *, retry_s: float | None = None) -> Catalog:
     """The process's Catalog for ``url``: engine made and schema migrated on first use only.
 
     Keyed by process id too, so a forked child makes its own engine (pooled connections must
-    not cross a fork).
+    not cross a fork). A cached SQLite catalog whose file was since deleted or replaced is
+    opened afresh (a new run starts a new catalog; a run in progress keeps refusing).
+    Raises CatalogDamaged for a file that is not a SQLite database (truncated, overwritten).
+    ``retry_s`` bounds how long each write waits for the database (a restart, a lock).
     """
     from schemas.catalog.catalog import Catalog
 
     key = (os.getpid(), parse_url(url).render_as_string(hide_password=False))
     with _CATALOGS_LOCK:
         catalog = _CATALOGS.get(key)
+        if catalog is not None and not _still_there(catalog.engine):
+            del _CATALOGS[key]
+            catalog.engine.dispose()
+            catalog = None
         if catalog is None:
             engine = make_engine(url)
-            migrate(engine)
+            try:
+                migrate(engine)
+            except OperationalError:
+                engine.dispose()
+                raise
+            except DatabaseError as exc:  # "file is not a database", "malformed"
+                engine.dispose()
+                reason = str(getattr(exc, "orig", None) or exc)
+                raise CatalogDamaged(
+                    describe(engine),
+                    f"not a readable catalog ({reason}); restore it from a backup or move it "
+                    "aside to start a new one",
+                ) from None
             catalog = _CATALOGS[key] = Catalog(engine)
-        return catalog
+    if retry_s is not None:
+        return catalog.with_retry(replace(catalog.retry, deadline_s=retry_s))
+    return catalog
+
+
+def forget(engine: Engine) -> None:
+    """Drop the process's cached catalog on ``engine`` (it was closed)."""
+    with _CATALOGS_LOCK:
+        for key in [k for k, c in _CATALOGS.items() if c.engine is engine]:
+            del _CATALOGS[key]
+
+
+def _still_there(engine: Engine) -> bool:
+    sqlite_file = _SQLITE_FILES.get(engine)
+    try:
+        if sqlite_file is not None:
+            sqlite_file.check()
+    except CatalogDamaged:
+        return False
+    return True

@@ -185,6 +185,11 @@ class Job(Base):
     frames_failed: Mapped[int] = mapped_column(Integer, default=0)
     frames_skipped: Mapped[int] = mapped_column(Integer, default=0)
     message: Mapped[str | None] = mapped_column(Text)
+    # Who runs the job (host:pid:start) and when it last said it is alive: a running job
+    # whose process is gone is closed by the next job on the same outputs.
+    owner: Mapped[str | None] = mapped_column(String(256))
+    heartbeat_at: Mapped[datetime | None]
+    output_root: Mapped[str | None] = mapped_column(String(2048), index=True)
 
 
 class JobFrame(Base):

@@ -1,0 +1,134 @@
+"""The checks a shot's input must pass before anything heavy runs: where it reads and writes
+(under the allowed roots once symlinks are resolved, the output folder creatable and not a
+file), which frames exist (and that none is a link out of the roots), one readable header,
+and the plate's colour space.
+
+Nothing here imports torch, Prefect or Dask, so a refusal costs well under a second of
+imports; `flows.planning` builds the plan on top of what this returns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from schemas.settings import Settings
+from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
+from storage.errors import FrameError
+from storage.frame import Frame
+from storage.readers import read_frame
+from storage.sequences import PlateSequence, discover_sequence
+from storage.uri import is_remote
+from tasks.colour import guess_colourspace, resolve_colourspace
+from tasks.layout import ShotLayout
+
+
+@dataclass(frozen=True)
+class ShotInputs:
+    spec: ShotSpec
+    output_root: str
+    layout: ShotLayout
+    sequence: PlateSequence
+    header: Frame  # the first readable frame: resolution, windows, attributes
+    colorspace: str  # resolved OCIO name
+    colorspace_guessed: bool
+    colour_note: str  # what was used and why, for the user
+
+
+def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
+    """Everything about the input that can be refused, cheapest first; SpecError or
+    StorageError (SequenceError) with every problem named."""
+    output_root = spec.output_root or settings.outputs
+    problems = check_paths(spec, settings.roots, output_root)
+    if problems:
+        raise SpecError("\n".join(problems))
+    sequence = discover_sequence(spec.plate, spec.frames, settings.storage_options_for(spec.plate))
+    layout = ShotLayout.for_shot(
+        output_root,
+        spec.show,
+        spec.sequence,
+        spec.shot,
+        spec.version,
+        sequence.padding,
+        element=spec.element,
+    )
+    problems = output_problems(layout) + frames_outside_roots(sequence, settings.roots)
+    if problems:
+        raise SpecError("\n".join(problems))
+    header = first_readable(sequence)
+    colorspace, guessed, note = colourspace(spec, header)
+    return ShotInputs(spec, output_root, layout, sequence, header, colorspace, guessed, note)
+
+
+def output_problems(layout: ShotLayout) -> list[str]:
+    """The folders a job writes must be folders or creatable: never an existing file (it
+    would be replaced), never under a file, and their first existing parent writable."""
+    if is_remote(layout.root):
+        return []
+    folders = [
+        layout.root,
+        layout.zarr,
+        f"{layout.root}/previews",
+        f"{layout.root}/review",
+        layout.pose_fragments,
+        layout.frame_records,
+    ]
+    for folder in folders:
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            return [f"output path {folder} exists and is not a folder; refusing to replace it"]
+    parent = resolved(layout.root)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return [f"cannot create the output folder {layout.root}: {parent} is a file"]
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return [f"cannot create the output folder {layout.root}: {parent} is not writable"]
+    return []
+
+
+def frames_outside_roots(sequence: PlateSequence, roots: list[str]) -> list[str]:
+    """Frames that are links to files outside the allowed roots (they are not read)."""
+    if is_remote(sequence.pattern):
+        return []
+    outside = [
+        f"  frame {frame}: {uri} -> {resolved(uri)}"
+        for frame in sequence.frames
+        if not is_really_under(uri := sequence.uri_for(frame), roots)
+    ]
+    if not outside:
+        return []
+    shown = outside[:10] + ([f"  ... and {len(outside) - 10} more"] if len(outside) > 10 else [])
+    return [
+        f"{len(outside)} frames of {sequence.pattern} link to files outside the allowed roots "
+        f"({', '.join(roots)}); they are not read:",
+        *shown,
+    ]
+
+
+def first_readable(sequence: PlateSequence) -> Frame:
+    """The first frame that reads, for resolution and windows. Frames that do not read are
+    left to the workers, which record each one's reason."""
+    errors: list[str] = []
+    for frame in sequence.frames[:5]:
+        try:
+            uri = sequence.uri_for(frame)
+            return read_frame(uri, frame, storage_options=sequence.storage_options)
+        except FrameError as exc:
+            errors.append(str(exc))
+    lines = "\n  ".join(errors)
+    raise SpecError(f"no readable frame among the first frames of {sequence.pattern}:\n  {lines}")
+
+
+def colourspace(spec: ShotSpec, header: Frame) -> tuple[str, bool, str]:
+    """(OCIO name, guessed, a note for the user); SpecError for an unknown colour space."""
+    if spec.colorspace:
+        try:
+            space = resolve_colourspace(spec.colorspace)
+        except (ValueError, LookupError) as exc:
+            raise SpecError(f"colour space: {exc}") from None
+        return space, False, f"plate colour space {space} (as given)"
+    guess = guess_colourspace(header)
+    note = f"plate colour space guessed: {guess.reason}"
+    if not guess.certain:
+        note += " -- pass --colorspace to say what it is"
+    return guess.colourspace, True, note

@@ -1,0 +1,35 @@
+"""What can go wrong with the catalog that a user or operator can act on. Each names the
+catalog (its file, or its URL without the password) and what to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CatalogError(Exception):
+    """The catalog cannot be used; ``where`` names it."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"catalog {where}: {reason}")
+
+
+class CatalogUnavailable(CatalogError):
+    """The database stayed unreachable (or locked) past the retry deadline."""
+
+
+class CatalogDamaged(CatalogError):
+    """The database is not a usable catalog: corrupt, truncated, wiped or replaced."""
+
+
+class JobConflict(Exception):
+    """Another live job is writing the same outputs; ``job`` is its catalog row."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        super().__init__(
+            f"job {job['id']} is already running {job['show']}/{job['sequence']}/{job['shot']} "
+            f"into {job['output_root']} (started {job['started_at']} by {job['submitter']} "
+            f"on {job['owner']}); two jobs writing one output folder would undo each other"
+        )
