@@ -21,12 +21,18 @@ from rich.table import Table
 
 from schemas.settings import Settings, load_settings
 
+# Help texts are plain text: "SHOW[/SEQ[/SHOT]]" must not be read as rich markup.
 app = typer.Typer(
     help="Sapiens2 passes for VFX shots: submit, watch, query.",
     no_args_is_help=True,
+    rich_markup_mode=None,
     pretty_exceptions_show_locals=False,
 )
-catalog_app = typer.Typer(help="Query the catalog (add --json for scripts).", no_args_is_help=True)
+catalog_app = typer.Typer(
+    help="Query the catalog (add --json for scripts).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(catalog_app, name="catalog")
 console = Console()
 err = Console(stderr=True)
@@ -36,15 +42,28 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a t
 
 
 def _settings() -> Settings:
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValueError as exc:  # pydantic's ValidationError: a bad SVFX_* value or svfx.toml
+        raise _fail(f"configuration: {exc}") from None
     settings.home.mkdir(parents=True, exist_ok=True)
+    # checkpoint checksums and verifications are remembered under the data dir
+    os.environ.setdefault("SVFX_HOME", str(settings.home))
     # Prefect keeps its own state under our data dir unless told otherwise.
     os.environ.setdefault("PREFECT_HOME", str(settings.home / "prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    # Dask's INFO chatter (nannies starting and closing) would bury the progress bar.
     for name in ("distributed", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return settings
+
+
+def _interactive() -> None:
+    """Commands that draw a progress bar and a summary report everything themselves: the
+    flow's own log lines stay in Prefect (its API), only errors reach the terminal; Dask's
+    INFO chatter (nannies starting and closing) would bury the progress bar. Set before
+    Prefect and distributed are imported: both apply their logging configuration then."""
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "ERROR")
+    os.environ.setdefault("DASK_DISTRIBUTED__LOGGING__DISTRIBUTED", "warning")
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
@@ -87,7 +106,14 @@ def submit(
     passes: Annotated[str, typer.Option(help="comma-separated")] = (
         "normal,pointmap,albedo,matte,seg,pose"
     ),
-    model_size: Annotated[str, typer.Option(help="tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b")] = "tiny",
+    model_size: Annotated[
+        str,
+        typer.Option(
+            help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b; auto: the largest size with a checkpoint "
+            "for every pass under the checkpoint root (SVFX_MODEL_SIZE first), tiny untrained "
+            "models only without checkpoints"
+        ),
+    ] = "auto",
     checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
     output: Annotated[
         str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
@@ -100,10 +126,14 @@ def submit(
     precision: Annotated[str, typer.Option(help="auto|fp32|bf16|fp16")] = "auto",
     dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
     no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
+    nonfinite: Annotated[
+        str, typer.Option(help="plate pixels that are NaN/Inf: error (fail the frame) or zero")
+    ] = "error",
     as_json: JsonOpt = False,
 ) -> None:
     """Run a shot through every pass asked for; shows progress, then a summary."""
     settings = _settings()
+    _interactive()
     data: dict[str, Any] = {
         "plate": pattern,
         "frames": frames,
@@ -119,6 +149,7 @@ def submit(
         "previews": not no_previews,
         "review_clips": not no_previews,
         "tiling": {"overlap": overlap},
+        "nonfinite": nonfinite,
     }
     parts = shot.strip("/").split("/")
     if len(parts) != 3:
@@ -141,44 +172,171 @@ def run_submit(
     dask_address: str | None = None,
     as_json: bool = False,
 ) -> int:
-    """Validate (no GPU time spent on bad input), run the flow with a progress bar, report."""
-    spec, plan = preflight(data, settings)
-    if plan.untrained:
-        err.print(
-            "[bold yellow]UNTRAINED MODELS:[/] [bold]no checkpoints were given, so "
-            f"{', '.join(plan.untrained)} use random weights. The outputs prove the pipeline, "
-            "they are not real passes.[/] Set SVFX_CHECKPOINT_ROOT or --checkpoint-root.",
-            highlight=False,
-        )
-    if plan.plate.colorspace_guessed:
-        err.print(f"[yellow]{plan.colour_note}[/]", highlight=False)
-    result = _run_flow(spec.model_dump(mode="json"), dask_address, quiet=as_json)
+    """Check (no GPU time, nor torch/Prefect/Dask imports, spent on bad input), make sure no
+    live job writes the same outputs (follow it when it runs the same spec), plan, run the
+    flow with a progress bar, report. Returns the exit code."""
+    from .inputs import check_inputs
+
+    spec = _parsed(data)
+    inputs = _refusing(lambda: check_inputs(spec, settings))
+    catalog = _refusing(lambda: _catalog(settings))
+    live = _live_job(catalog, inputs.layout.root)
+    if live is not None:
+        return _follow_or_refuse(live, spec, catalog, as_json)
+    plan = _refusing(lambda: _plan(spec, settings, inputs))
+    _warn_before_run(plan, spec, settings)
+    result = _run_flow(spec.model_dump(mode="json"), dask_address, settings, quiet=as_json)
+    if result.get("conflict"):  # a twin submitted in the same instant registered first
+        return _follow_or_refuse(result["conflict"], spec, catalog, as_json)
+    if result.get("job_id") is None:
+        raise _fail(result.get("error") or "the run was refused")
     if as_json:
         _print_json(result)
     else:
         _print_result(result)
-    return {"complete": EXIT_OK, "partial": EXIT_PARTIAL}.get(result["status"], EXIT_FAILED)
+    return EXIT_CODES.get(result["status"], EXIT_FAILED)
 
 
-def preflight(data: dict[str, Any], settings: Settings) -> tuple[Any, Any]:
-    from sapiens.checkpoint_errors import CheckpointError
+EXIT_CODES = {"complete": EXIT_OK, "partial": EXIT_PARTIAL}
+
+
+def _parsed(data: dict[str, Any]) -> Any:
     from schemas.spec import SpecError, parse_spec
-    from storage.errors import StorageError
-    from tasks.checkpoints import CheckpointChoiceError
-
-    from .planning import plan_shot
 
     try:
-        spec = parse_spec(data)
-        plan = plan_shot(spec, settings)
-    except (SpecError, StorageError, CheckpointChoiceError, CheckpointError) as exc:
+        return parse_spec(_absolute_paths(data))
+    except SpecError as exc:
         raise _fail(str(exc)) from None
-    return spec, plan
 
 
-def _run_flow(spec: dict[str, Any], dask_address: str | None, quiet: bool) -> dict[str, Any]:
+def _absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """Local paths typed relative to here mean the same to the flow and to the catalog."""
+    out = dict(data)
+    for key in ("plate", "output_root", "checkpoint_root"):
+        value = out.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            out[key] = os.path.abspath(os.path.expanduser(value))
+    return out
+
+
+def _refusing(step: Any) -> Any:
+    """Run a preflight step; a refusal becomes one line on stderr and exit 2."""
+    from .refusals import REFUSALS
+
+    try:
+        return step()
+    except REFUSALS as exc:
+        raise _fail(str(exc)) from None
+
+
+def _catalog(settings: Settings) -> Any:
+    from schemas.catalog import open_catalog
+
+    return open_catalog(settings.catalog, retry_s=settings.catalog_retry_s)
+
+
+def _plan(spec: Any, settings: Settings, inputs: Any) -> Any:
+    from .planning import plan_shot
+
+    return plan_shot(spec, settings, inputs)
+
+
+def _live_job(catalog: Any, output_root: str) -> dict[str, Any] | None:
+    """A running job on ``output_root`` whose process is alive (see schemas.catalog.lease)."""
+    from schemas.catalog.lease import owner_alive
+    from schemas.catalog.models import utcnow
+
+    now = utcnow()
+    for job in _refusing(lambda: catalog.running_jobs(output_root)):
+        if job["owner"] and owner_alive(job["owner"], job["heartbeat_at"], now):
+            return job
+    return None
+
+
+def _follow_or_refuse(job: dict[str, Any], spec: Any, catalog: Any, as_json: bool) -> int:
+    """The same spec already runs: follow that job to its end rather than compute every frame
+    twice. Another spec on the same outputs: refuse, naming the job."""
+    job_id = int(job["id"])
+    if not _same_work(job.get("spec") or {}, spec.model_dump(mode="json")):
+        raise _fail(
+            f"job {job_id} ({job.get('submitter')}, {job.get('owner')}) is running another spec "
+            f"into {job.get('output_root')}; wait for it (svfx status {job_id}) or write "
+            "elsewhere (--version or --output)"
+        )
+    err.print(
+        f"[yellow]job {job_id} is already running this shot with the same settings "
+        f"({escape(str(job.get('owner')))}); following it instead of computing it twice[/]",
+        highlight=False,
+        soft_wrap=True,
+    )
+    final = _follow(catalog, job_id, str(job.get("output_root") or ""), quiet=as_json)
+    if as_json:
+        _print_json(final)
+    else:
+        _show_jobs([final], as_json=False)
+    if final["status"] == "running":
+        raise _fail(f"job {job_id} stopped without finishing; submit again to finish it")
+    return EXIT_CODES.get(final["status"], EXIT_FAILED)
+
+
+def _same_work(theirs: dict[str, Any], ours: dict[str, Any]) -> bool:
+    ignore = ("submitter",)
+    return {k: v for k, v in theirs.items() if k not in ignore} == {
+        k: v for k, v in ours.items() if k not in ignore
+    }
+
+
+def _follow(
+    catalog: Any, job_id: int, output_root: str, quiet: bool, poll_s: float = 1.0
+) -> dict[str, Any]:
+    """Poll the job's counters into a progress bar until it ends or its process dies."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from schemas.catalog.lease import owner_alive
+    from schemas.catalog.models import utcnow
+
+    columns = [TextColumn("[bold]job {task.fields[job]}"), BarColumn(), MofNCompleteColumn()]
+    with Progress(*columns, console=err, disable=quiet) as bar:
+        task = bar.add_task("", total=None, job=job_id)
+        while True:
+            job = _refusing(lambda: catalog.job(job_id))
+            finished = job["frames_done"] + job["frames_failed"] + job["frames_skipped"]
+            bar.update(task, total=job["frames_total"], completed=finished)
+            if job["status"] != "running":
+                return job
+            rows = [r for r in catalog.running_jobs(output_root) if r["id"] == job_id]
+            owner = rows[0]["owner"] if rows else None
+            if owner and not owner_alive(owner, rows[0]["heartbeat_at"], utcnow()):
+                return job  # still 'running' with its process gone
+            time.sleep(poll_s)
+
+
+def _warn_before_run(plan: Any, spec: Any, settings: Settings) -> None:
+    if plan.untrained:
+        err.print(
+            f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "
+            f"weights ({escape(plan.checkpoint_note)}). The outputs prove the pipeline, they are "
+            "not real passes. Give real checkpoints with SVFX_CHECKPOINT_ROOT or "
+            "--checkpoint-root.[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif spec.model_size == "auto":
+        err.print(f"checkpoints: {escape(plan.checkpoint_note)}", highlight=False, soft_wrap=True)
+    if plan.plate.colorspace_guessed:
+        err.print(f"[yellow]{escape(plan.colour_note)}[/]", highlight=False, soft_wrap=True)
+
+
+def _run_flow(
+    spec: dict[str, Any], dask_address: str | None, settings: Settings, quiet: bool
+) -> dict[str, Any]:
+    """Run the process-shot flow here, against the configured Prefect API or an embedded
+    one that lives as long as this command (`flows.orchestrator`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .orchestrator import OrchestratorError, prefect_api
     from .process_shot import process_shot
     from .progress import Progress as ShotProgress
     from .progress import listening
@@ -198,8 +356,12 @@ def _run_flow(spec: dict[str, Any], dask_address: str | None, quiet: bool) -> di
             detail = f"done {p.done}, failed {p.failed}, skipped {p.skipped}, left {p.left}"
             bar.update(task, description="frames", total=p.total, completed=finished, detail=detail)
 
-        with listening(update):
-            return process_shot(spec, dask_address)
+        orchestrator = prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s)
+        try:
+            with orchestrator, listening(update):
+                return dict(process_shot(spec, dask_address))
+        except OrchestratorError as exc:
+            raise _fail(str(exc)) from None
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -210,14 +372,18 @@ def _print_result(result: dict[str, Any]) -> None:
     table.add_row("frames", str(result["total"]))
     table.add_row("done now", str(len(result["done"])))
     table.add_row("already done", str(len(result["skipped"])))
+    if result.get("adopted"):
+        table.add_row("found on disk", str(len(result["adopted"])))
     table.add_row("failed", str(len(result["failed"])))
-    table.add_row("EXR", result["exr_pattern"])
-    table.add_row("Zarr", result["zarr"])
+    table.add_row("EXR", escape(result["exr_pattern"]))
+    table.add_row("Zarr", escape(result["zarr"]))
     for name, uri in result.get("extras", {}).items():
-        table.add_row(name.replace("_", " "), uri)
+        table.add_row(name.replace("_", " "), escape(str(uri)))
     console.print(table)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
         err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
+    if result.get("error"):
+        err.print(f"[bold red]error:[/] {escape(result['error'])}", highlight=False, soft_wrap=True)
     if result.get("untrained"):
         err.print(f"[bold yellow]UNTRAINED weights for {', '.join(result['untrained'])}[/]")
 
@@ -226,7 +392,7 @@ def _print_result(result: dict[str, Any]) -> None:
 def _engine(settings: Settings) -> Any:
     from schemas.catalog import open_catalog
 
-    return open_catalog(settings.catalog).engine
+    return _refusing(lambda: open_catalog(settings.catalog).engine)
 
 
 def _split_shot(shot: str | None) -> dict[str, str | None]:
@@ -389,12 +555,14 @@ def models(
     checkpoint_root: Annotated[
         str | None, typer.Option(help="default SVFX_CHECKPOINT_ROOT")
     ] = None,
-    full: Annotated[bool, typer.Option(help="also load every tensor (strict, NaN check)")] = False,
+    full: Annotated[
+        bool, typer.Option(help="also check every tensor's shape and that every weight is finite")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The checkpoints under the checkpoint root, with arch, task, size and sha256, verified."""
     from sapiens.checkpoint_errors import CheckpointError
-    from sapiens.loading import load_model
+    from tasks.checkpoint_verify import verify_checkpoint_once
     from tasks.checkpoints import scan_checkpoints
 
     settings = _settings()
@@ -411,9 +579,9 @@ def models(
             rows.append({"path": item.path, "status": f"BAD: {item.reason}"})
             continue
         row = {**item.as_dict(), "size": f"{item.size_bytes / 2**20:.1f} MiB", "status": "ok"}
-        if full:
+        if full:  # shapes against the model and every weight finite (remembered once passed)
             try:
-                load_model(item.path, "cpu", sha256=item.sha256)
+                verify_checkpoint_once(item)
             except CheckpointError as exc:
                 bad += 1
                 row["status"] = f"BAD: {exc.reason}"
@@ -484,7 +652,9 @@ def scan(
         ),
     ] = None,
     passes: Annotated[str | None, typer.Option(help="comma-separated (default: all)")] = None,
-    model_size: Annotated[str | None, typer.Option(help="tiny|0.1b|...|5b")] = None,
+    model_size: Annotated[
+        str | None, typer.Option(help="auto|tiny|0.1b|...|5b (default SVFX_SCAN_MODEL_SIZE: auto)")
+    ] = None,
     output: Annotated[str | None, typer.Option(help="output root, e.g. s3://bucket/out")] = None,
     colorspace: Annotated[
         str | None, typer.Option(help="plate colour space (default: guessed per plate)")
@@ -504,12 +674,19 @@ def scan(
 ) -> None:
     """Scan S3 prefixes once: new or changed plate sequences are processed (here, one shot
     after another; with --queue by the served deployment). Exit 2 when a prefix could not be
-    listed or a shot failed."""
+    listed, a sequence was refused or a shot failed."""
+    from .orchestrator import OrchestratorError, configured_api_url, prefect_api
     from .plate_template import TemplateError
     from .scan import ScanDefaults, report_lines, scan_with_catalog
     from .submission import DeploymentSubmitter, InlineSubmitter
 
     settings = _settings()
+    _interactive()
+    if queue and not configured_api_url():
+        raise _fail(
+            "--queue hands shots to the served process-shot deployment: set PREFECT_API_URL "
+            "to the Prefect server `svfx serve` runs against"
+        )
     defaults = ScanDefaults(
         passes=tuple(p.strip() for p in passes.split(",") if p.strip())
         if passes
@@ -523,9 +700,12 @@ def scan(
 
     def run_with_progress(spec: dict[str, Any], address: str | None) -> dict[str, Any]:
         err.print(f"[bold]{spec['show']}/{spec['sequence']}/{spec['shot']}[/] {spec['plate']}")
-        result = _run_flow(spec, address, quiet=as_json)
+        result = _run_flow(spec, address, settings, quiet=as_json)
         if not as_json:
-            _print_result(result)
+            if result.get("job_id") is None:
+                err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
+            else:
+                _print_result(result)
         return result
 
     submitter: Any = (
@@ -534,16 +714,23 @@ def scan(
         else InlineSubmitter(dask_address or settings.dask_address, run=run_with_progress)
     )
     try:
-        report, reaped = scan_with_catalog(
-            prefixes,
-            template or settings.scan_template,
-            settings=settings,
-            submitter=submitter,
-            defaults=defaults,
-            dry_run=dry_run,
-        )
-    except TemplateError as exc:
+        with prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s):
+            report, reaped = scan_with_catalog(
+                prefixes,
+                template or settings.scan_template,
+                settings=settings,
+                submitter=submitter,
+                defaults=defaults,
+                dry_run=dry_run,
+            )
+    except (TemplateError, OrchestratorError) as exc:
         raise _fail(str(exc)) from None
+    except Exception as exc:
+        from .refusals import REFUSALS
+
+        if isinstance(exc, REFUSALS):
+            raise _fail(str(exc)) from None
+        raise
     for job in reaped:  # jobs whose flow died: their frames are submitted again
         err.print(
             f"[yellow]job {job['job_id']} closed as {job['status']}[/]: {escape(job['message'])}",
@@ -558,7 +745,7 @@ def scan(
         for error in report.errors:
             err.print(f"[bold red]error:[/] {escape(error)}", highlight=False, soft_wrap=True)
     results = getattr(submitter, "results", [])
-    failed = report.errors or any(r.get("status") == "failed" for r in results)
+    failed = report.errors or report.refused or any(r.get("status") == "failed" for r in results)
     partial = any(r.get("status") == "partial" for r in results)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if partial else EXIT_OK)
 
@@ -582,11 +769,16 @@ def serve() -> None:
 def api(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
 ) -> None:
-    """Serve the catalog: JSON API under /api (OpenAPI at /docs) and web pages at /."""
+    """Serve the catalog: JSON API under /api (its OpenAPI description at /openapi.json) and
+    web pages at /."""
     from api.app import run_api
 
-    run_api(host, port, _settings())
+    if workers == 1:  # the one-process call keeps run_api's three-argument form
+        run_api(host, port, _settings())
+    else:
+        run_api(host, port, _settings(), workers=workers)
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -595,13 +787,14 @@ def demo(
     frames: int = 24,
     size: Annotated[str, typer.Option(help="WxH of the sample plate")] = "640x360",
     output: Annotated[str | None, typer.Option(help="output root")] = None,
-    model_size: str = "tiny",
+    model_size: str = "auto",
     checkpoint_root: str | None = None,
 ) -> None:
     """Write a sample shot (scikit-image's astronaut) and process it with every pass."""
     from .demo import DEMO_COLORSPACE, DEMO_FIRST_FRAME, write_demo_plate
 
     settings = _settings()
+    _interactive()
     w, h = (int(v) for v in size.lower().split("x"))
     plate_dir = settings.home / "demo" / "plates"
     pattern = write_demo_plate(plate_dir, frames, w, h)
@@ -625,5 +818,17 @@ def demo(
     raise typer.Exit(code)
 
 
+def main() -> None:
+    """The `svfx` command: the app, with any refusal that escapes a command (a catalog that
+    breaks in the middle of a query, ...) shown as one line and exit 2, not a traceback."""
+    from .refusals import REFUSALS
+
+    try:
+        app()
+    except REFUSALS as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_FAILED)
+
+
 if __name__ == "__main__":
-    app()
+    main()

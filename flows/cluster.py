@@ -17,6 +17,10 @@ from distributed import Client, LocalCluster
 
 from schemas.settings import Settings
 
+from .refusals import ClusterError
+
+CONNECT_TIMEOUT_S = 30
+
 
 def local_gpu_count() -> int:
     try:
@@ -54,6 +58,9 @@ def start_local_cluster(
         threads_per_worker=1,
         processes=True,
         dashboard_address=dashboard_address,
+        # without a dashboard the scheduler still serves /health on a port, 8787 unless told:
+        # a free one, so two runs at once never warn "port 8787 is already in use"
+        scheduler_kwargs=None if dashboard else {"dashboard_address": "127.0.0.1:0"},
         resources={"GPU": 1} if gpus else None,
         env=env,
         silence_logs=logging.WARNING,
@@ -76,7 +83,13 @@ def dask_client(settings: Settings, address: str | None = None) -> Any:
     """A client to the configured scheduler, or to a LocalCluster started (and closed) here."""
     address = address or settings.dask_address
     if address:
-        client = Client(address, timeout="30s")
+        try:
+            client = Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError) as exc:
+            raise ClusterError(
+                f"the Dask scheduler at {address} did not answer within {CONNECT_TIMEOUT_S} s "
+                f"({exc}); start it (`svfx cluster`) or fix SVFX_DASK_ADDRESS / --dask-address"
+            ) from None
         try:
             yield client
         finally:
@@ -87,5 +100,22 @@ def dask_client(settings: Settings, address: str | None = None) -> Any:
     try:
         yield client
     finally:
-        client.close()
-        cluster.close()
+        with _closing_quietly():
+            client.close()
+            cluster.close()
+
+
+@contextmanager
+def _closing_quietly() -> Any:
+    """Shutting down a LocalCluster we started, comms closing under a message in flight are
+    expected (CommClosedError, StreamClosedError) and logged by distributed and asyncio with
+    tracebacks that say nothing to the user: hold those loggers to CRITICAL meanwhile."""
+    names = ("distributed", "asyncio", "tornado")
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)

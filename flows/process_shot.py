@@ -26,18 +26,25 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run
 
 from schemas.catalog import open_catalog
+from schemas.catalog.errors import JobConflict
 from schemas.settings import Settings, load_settings
 from schemas.spec import ShotSpec, parse_spec
 
 from .cluster import dask_client
 from .planning import ShotPlan, plan_shot
 from .progress import Progress, listening
+from .refusals import REFUSALS, refusal
 from .shot_runner import ShotResult, run_planned_shot
 
 
 @task(name="plan-shot", cache_policy=None)
-def plan_task(spec: ShotSpec, settings: Settings) -> ShotPlan:
-    plan = plan_shot(spec, settings)
+def plan_task(spec: ShotSpec, settings: Settings) -> ShotPlan | str:
+    """The plan, or why the input is refused (returned, not raised: a refusal is the user's
+    to fix, and needs no traceback in the logs)."""
+    try:
+        plan = plan_shot(spec, settings)
+    except REFUSALS as exc:
+        return str(exc)
     logger = get_run_logger()
     logger.info(
         "%s: %d frames (%d missing), %dx%d, %s",
@@ -62,13 +69,40 @@ def process_shot(spec: dict[str, Any], dask_address: str | None = None) -> dict[
     """Process one shot (a ShotSpec as a dict); returns the result summary.
 
     The run ends `complete`, `partial` (the failed frames are listed with their reasons) or
-    `failed`; the status is in the result, the catalog and the flow's artifacts.
+    `failed`; the status is in the result, the catalog and the flow's artifacts. Input the
+    user must fix (a refused spec, a damaged catalog, a live job on the same outputs) ends
+    `failed` with the reason in ``error`` (and the other job in ``conflict``), no traceback.
     """
     logger = get_run_logger()
     settings = load_settings()
-    shot_spec = parse_spec(spec)
-    plan = plan_task(shot_spec, settings)
-    catalog = open_catalog(settings.catalog)
+    os.environ.setdefault("SVFX_HOME", str(settings.home))  # checkpoint caches live there
+    try:
+        shot_spec = parse_spec(spec)
+        plan = plan_task(shot_spec, settings)
+        if isinstance(plan, str):
+            raise _Refused(plan)
+        result = _run(shot_spec, plan, settings, dask_address)
+    except _Refused as exc:
+        logger.error("refused: %s", exc)
+        return refusal(str(exc))
+    except JobConflict as exc:
+        logger.error("%s", exc)
+        return refusal(str(exc), conflict=exc.job)
+    except REFUSALS as exc:
+        logger.error("%s", exc)
+        return refusal(str(exc))
+    return result.as_dict()
+
+
+class _Refused(Exception):
+    pass
+
+
+def _run(
+    shot_spec: ShotSpec, plan: ShotPlan, settings: Settings, dask_address: str | None
+) -> ShotResult:
+    logger = get_run_logger()
+    catalog = open_catalog(settings.catalog, retry_s=settings.catalog_retry_s)
     progress_id = create_progress_artifact(
         progress=0.0, key=_key("progress", shot_spec), description="frames finished"
     )
@@ -86,7 +120,7 @@ def process_shot(spec: dict[str, Any], dask_address: str | None = None) -> dict[
         logger.error("shot failed: no frame could be processed")
     elif result.status == "partial":
         logger.warning("shot partial: %d frames failed", len(result.failed))
-    return result.as_dict()
+    return result
 
 
 def _flow_run_id() -> str | None:
@@ -105,6 +139,7 @@ def _key(kind: str, spec: ShotSpec) -> str:
 def _publish(spec: ShotSpec, result: ShotResult) -> None:
     rows = [{"frame": f, "status": "done", "error": ""} for f in result.done]
     rows += [{"frame": f, "status": "already done", "error": ""} for f in result.skipped]
+    rows += [{"frame": f, "status": "found on disk", "error": ""} for f in result.adopted]
     rows += [{"frame": f, "status": "failed", "error": why} for f, why in result.failed.items()]
     rows.sort(key=lambda r: int(r["frame"]))
     create_table_artifact(
@@ -116,7 +151,8 @@ def _publish(spec: ShotSpec, result: ShotResult) -> None:
         f"# {spec.shot_path}: {result.status}",
         "",
         f"job {result.job_id}; {len(result.done)} done, {len(result.skipped)} already done, "
-        f"{len(result.failed)} failed of {result.total} frames",
+        f"{len(result.adopted)} found on disk, {len(result.failed)} failed of {result.total} "
+        "frames",
         "",
         f"- EXR: `{result.exr_pattern}`",
         f"- Zarr: `{result.zarr}`",

@@ -32,7 +32,7 @@ import fileseq
 
 from schemas.catalog.catalog import Catalog
 from schemas.settings import Settings
-from schemas.spec import ShotSpec, SpecError, parse_spec
+from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
 from storage.object_listing import ObjectInfo, list_objects
 from storage.retry import RetryPolicy
 
@@ -42,6 +42,7 @@ from .submission import Submitter, plate_key
 log = logging.getLogger("svfx.scan")
 
 SUBMITTED = ("new", "changed")
+REFUSED = ("rejected", "error")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class ScanDefaults:
     """What every shot a scan submits is asked for (the rest of ShotSpec's defaults apply)."""
 
     passes: tuple[str, ...] | None = None
-    model_size: str = "tiny"
+    model_size: str = "auto"
     output_root: str | None = None
     version: str = "v001"
     colorspace: str | None = None
@@ -111,8 +112,13 @@ class ScanReport:
         return [d for d in self.sequences if d.action in SUBMITTED]
 
     @property
+    def refused(self) -> list[SequenceDecision]:
+        """Sequences rejected (names, roots) or whose submission failed."""
+        return [d for d in self.sequences if d.action in REFUSED]
+
+    @property
     def nothing_new(self) -> bool:
-        return not self.to_submit
+        return not self.to_submit and not self.refused
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -186,7 +192,7 @@ def scan_bucket(
     room = 0
     now = time.time() if now is None else now
     for sequence in sequences:
-        decision = _decide(sequence, states.get(plate_key(sequence.plate)), defaults)
+        decision = _decide(sequence, states.get(plate_key(sequence.plate)), defaults, settings)
         if decision.action in SUBMITTED:
             if in_flight is None:
                 in_flight = submitter.in_flight()
@@ -202,7 +208,8 @@ def scan_bucket(
         try:
             decision.run_id = submitter.submit(decision.spec, reason=decision.action)
         except Exception as exc:  # one failed submission must not end the scan
-            decision.action, decision.reason = "error", f"submission failed: {exc}"
+            decision.action = "error"
+            decision.reason = f"submission failed: {str(exc) or type(exc).__name__}"
             log.error("scan: %s: %s", sequence.plate, decision.reason)
     report.seconds = time.perf_counter() - started
     return report
@@ -251,6 +258,8 @@ def report_lines(report: ScanReport, limit: int = 50) -> list[str]:
     ]
     if report.nothing_new:
         lines.append("nothing new: every sequence found is up to date, in flight or waiting")
+    if report.refused:
+        lines.append(f"{len(report.refused)} sequences refused (listed below with the reason)")
     for d in report.sequences:
         if d.action == "up to date":
             continue
@@ -269,6 +278,7 @@ def _decide(
     sequence: FoundSequence,
     known: dict[int, tuple[int | None, str | None, bool]] | None,
     defaults: ScanDefaults,
+    settings: Settings,
 ) -> SequenceDecision:
     decision = SequenceDecision(
         plate=sequence.plate,
@@ -280,6 +290,9 @@ def _decide(
     )
     try:
         decision.spec = _spec_for(sequence, defaults)
+        problems = check_paths(decision.spec, settings.roots, settings.outputs)
+        if problems:
+            raise SpecError("; ".join(problems))
     except SpecError as exc:
         decision.action, decision.reason = "rejected", str(exc)
         return decision

@@ -30,7 +30,7 @@ def scan_plates(
     prefixes: list[str],
     template: str,
     passes: list[str] | None = None,
-    model_size: str = "tiny",
+    model_size: str = "auto",
     output_root: str | None = None,
     colorspace: str | None = None,
     settle_s: float = 120.0,

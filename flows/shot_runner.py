@@ -1,5 +1,13 @@
-"""Running one planned shot on a Dask cluster: dispatch chunks in a bounded window, record
-each chunk's summary in the catalog as it lands, then the shot-level files.
+"""Running one planned shot on a Dask cluster: register the job, decide what is really done
+(`flows.resume`), dispatch chunks in a bounded window, record each chunk's summary in the
+catalog as it lands, then the shot-level files.
+
+The job is never left `running` by a run that ends: every way out this process can catch
+closes it (`complete`, `partial` or `failed`, with the reason); a heartbeat tells other
+processes it is alive, so a run killed outright is closed by the next job on its outputs.
+When the catalog's database is away longer than a short wait, chunk summaries are kept and
+recorded once it is back (dispatch goes on meanwhile); the frames are also on disk with their
+frame records, so even a run that ends before the database returns loses no work.
 
 Plain functions with no Prefect in them, so the Prefect flow (`flows.process_shot`), the
 benchmark and tests share one code path; the flow adds its logging and artifacts on top.
@@ -8,6 +16,7 @@ benchmark and tests share one code path; the flow adds its logging and artifacts
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,13 +25,18 @@ from typing import Any
 
 from distributed import Client, as_completed
 
+from schemas.catalog.catalog import Catalog
+from schemas.catalog.errors import CatalogError, CatalogUnavailable
+from schemas.catalog.lease import HEARTBEAT_S, end_run, start_run
 from schemas.summaries import ChunkSummary, FrameSummary
+from storage.retry import RetryPolicy
 from tasks.chunk_worker import ChunkJob, process_chunk
 from tasks.finalize import FinalizeJob, finalize_shot
 
 from .cluster import gpu_slots, worker_count
-from .planning import ShotPlan, create_store, decide_work, store_provenance
+from .planning import ShotPlan, create_store, store_provenance
 from .progress import Progress, emit
+from .resume import decide_work
 
 log = logging.getLogger("svfx.flow")
 
@@ -34,6 +48,7 @@ class ShotResult:
     total: int
     done: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    adopted: list[int] = field(default_factory=list)  # found on disk, recorded, not recomputed
     failed: dict[int, str] = field(default_factory=dict)
     output_root: str = ""
     exr_pattern: str = ""
@@ -45,6 +60,7 @@ class ShotResult:
     chunk_wall_s: float = 0.0
     peak_worker_rss_mb: float = 0.0
     chunks: int = 0
+    error: str = ""  # why the run stopped before the end (the catalog away, ...)
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -52,80 +68,225 @@ class ShotResult:
         return asdict(self)
 
 
+# While chunks keep landing, a catalog write waits this long before the summary is kept for
+# later (the GPUs keep working); at the end of the shot the catalog's own, longer deadline.
+DURING_SHOT_RETRY = RetryPolicy(attempts=10_000, first_wait_s=0.25, max_wait_s=2.0, deadline_s=10.0)
+
+
 def run_planned_shot(
     plan: ShotPlan,
-    catalog: Any,
+    catalog: Catalog,
     client: Client,
     *,
     flow_run_id: str | None = None,
     window: int = 0,
     on_chunk: Callable[[ChunkSummary], None] | None = None,
 ) -> ShotResult:
-    start = time.perf_counter()
+    """Run the plan to the end; the job is closed on every way out (see the module).
+    Raises JobConflict before any work when a live job writes the same outputs, and
+    CatalogError when the catalog cannot be used (named, with the reason)."""
     uris = {f: plan.sequence.uri_for(f) for f in plan.sequence.frames}
-    job_id = catalog.register_job(plan.spec, plan.plate, flow_run_id, uris=uris)
-    provenance = store_provenance(plan, job_id, flow_run_id)
-    decide_work(plan, catalog)
-    if create_store(plan, provenance):
-        plan.todo, plan.skipped = sorted(plan.todo + plan.skipped), []
-    if plan.skipped:
-        catalog.record_skipped(job_id, plan.skipped)
+    owner = start_run()
+    try:
+        job_id = catalog.register_job(
+            plan.spec,
+            plan.plate,
+            flow_run_id,
+            uris=uris,
+            output_root=plan.layout.root,
+            owner=owner,
+        )
+        return _run_registered(plan, catalog, client, job_id, flow_run_id, window, on_chunk)
+    finally:
+        end_run(owner)
+
+
+def _run_registered(
+    plan: ShotPlan,
+    catalog: Catalog,
+    client: Client,
+    job_id: int,
+    flow_run_id: str | None,
+    window: int,
+    on_chunk: Callable[[ChunkSummary], None] | None,
+) -> ShotResult:
+    start = time.perf_counter()
     result = ShotResult(
         job_id=job_id,
         status="running",
         total=len(plan.sequence.all_frames),
-        skipped=list(plan.skipped),
         output_root=plan.layout.root,
         exr_pattern=plan.layout.exr_pattern,
         zarr=plan.layout.zarr,
         untrained=plan.untrained,
     )
+    with _Heartbeat(catalog, job_id):
+        try:
+            _run(plan, catalog, client, result, flow_run_id, window, on_chunk)
+        except BaseException as exc:
+            _close_after(catalog, result, exc)
+            raise
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _run(
+    plan: ShotPlan,
+    catalog: Catalog,
+    client: Client,
+    result: ShotResult,
+    flow_run_id: str | None,
+    window: int,
+    on_chunk: Callable[[ChunkSummary], None] | None,
+) -> None:
+    job_id = result.job_id
+    provenance = store_provenance(plan, job_id, flow_run_id)
+    create_store(plan, provenance)
+    work = decide_work(plan, catalog, job_id)
+    if work.skipped:
+        catalog.record_skipped(job_id, work.skipped)
+    result.skipped, result.adopted = list(work.skipped), list(work.adopted)
     missing = _missing_frames(plan)
     if missing:
-        _record(catalog, job_id, _failed_chunk(-1, missing), result)
-    _emit(result, "planned", f"{len(plan.todo)} to do, {len(plan.skipped)} already done")
+        catalog.record_chunk(job_id, _failed_chunk(-1, missing))
+        result.failed.update(missing)
+    note = f"{len(work.todo)} to do, {len(work.skipped)} already done"
+    if work.adopted:
+        note += f", {len(work.adopted)} found on disk and recorded"
+    _emit(result, "planned", note)
 
-    jobs = plan.chunk_jobs(provenance)
+    recorder = _Recorder(catalog, job_id)
+    jobs = plan.chunk_jobs(provenance, work.todo)
     gpus = gpu_slots(client)
     resources = {"GPU": 1} if gpus else None
     slots = gpus or worker_count(client) or 1
     window = window or 2 * slots
-    for summary in dispatch(client, jobs, window=window, resources=resources):
-        _record(catalog, job_id, summary, result)
-        if on_chunk is not None:
-            on_chunk(summary)
-        _emit(result, "frames")
+    stopping = threading.Event()
+    summaries = dispatch(client, jobs, window=window, resources=resources, stop=stopping)
+    try:
+        for summary in summaries:
+            recorder.record(summary)
+            _count(summary, result)
+            if on_chunk is not None:
+                on_chunk(summary)
+            _emit(result, "frames")
+        recorder.flush(final=True)  # raises CatalogUnavailable if the catalog never came back
+    except Exception:
+        # Submit nothing more, and let the chunks already running finish: their frames land
+        # on disk with their records (the next run records them), and no chunk of this run
+        # is still writing when the next one starts.
+        stopping.set()
+        for _ in summaries:
+            pass
+        raise
 
-    if result.done or result.skipped:
-        finalize = FinalizeJob(
-            layout=plan.layout,
-            frames=tuple(sorted(result.done + result.skipped)),
-            passes=plan.spec.passes,
-            image_size=(plan.plate.width, plan.plate.height),
-            data_window=plan.plate.data_window,
-            pixel_aspect=plan.plate.pixel_aspect,
-            provenance=provenance,
-            previews=plan.spec.previews,
-            review_clips=plan.spec.review_clips,
-            fps=plan.fps,
-            only_missing=not result.done,
-            storage_options=plan.storage_options,
-        )
-        try:
-            if result.done:  # new previews to read: on a worker, not in the flow
-                result.extras = client.submit(finalize_shot, finalize, pure=False).result()
-            else:  # only checks that the files exist
-                result.extras = finalize_shot(finalize)
-        except Exception as exc:  # the frames are safe; say what is missing
-            log.error("shot-level files (pose JSON, contact sheets, clips) failed: %s", exc)
-            result.extras = {"error": f"{type(exc).__name__}: {exc}"}
-    status = _status(result)
+    finished = sorted(result.done + result.skipped + result.adopted)
+    if finished:
+        result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
+    result.status = _status(result)
     message = _message(result)
-    catalog.finish_job(job_id, status, message)
-    result.status = status
-    result.wall_s = time.perf_counter() - start
+    catalog.finish_job(job_id, result.status, message)
     _emit(result, "finished", message)
-    return result
+
+
+def _finalize(
+    plan: ShotPlan, client: Client, provenance: dict[str, str], frames: list[int], new: bool
+) -> dict[str, str]:
+    finalize = FinalizeJob(
+        layout=plan.layout,
+        frames=tuple(frames),
+        passes=plan.spec.passes,
+        image_size=(plan.plate.width, plan.plate.height),
+        data_window=plan.plate.data_window,
+        pixel_aspect=plan.plate.pixel_aspect,
+        provenance=provenance,
+        previews=plan.spec.previews,
+        review_clips=plan.spec.review_clips,
+        fps=plan.fps,
+        only_missing=not new,
+        storage_options=plan.storage_options,
+    )
+    try:
+        if new:  # new previews to read: on a worker, not in the flow
+            return dict(client.submit(finalize_shot, finalize, pure=False).result())
+        return finalize_shot(finalize)  # only checks that the files exist
+    except Exception as exc:  # the frames are safe; say what is missing
+        log.error("shot-level files (pose JSON, contact sheets, clips) failed: %s", exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+class _Recorder:
+    """Writes chunk summaries into the catalog in order; while the catalog is away (past a
+    short wait) keeps them and tries again with each later chunk, so dispatch goes on."""
+
+    def __init__(self, catalog: Catalog, job_id: int) -> None:
+        self.catalog = catalog
+        self.job_id = job_id
+        self.pending: list[ChunkSummary] = []
+        self.during_shot = catalog.with_retry(DURING_SHOT_RETRY)
+
+    def record(self, summary: ChunkSummary) -> None:
+        self.pending.append(summary)
+        self.flush(final=False)
+
+    def flush(self, *, final: bool) -> None:
+        catalog = self.catalog if final else self.during_shot
+        while self.pending:
+            try:
+                catalog.record_chunk(self.job_id, self.pending[0])
+            except CatalogUnavailable as exc:
+                if final:
+                    frames = sum(len(s.frames) for s in self.pending)
+                    raise CatalogUnavailable(
+                        exc.where, f"{exc.reason}; {frames} finished frames are not recorded"
+                    ) from None
+                log.warning("%s; keeping %d chunk summaries for later", exc, len(self.pending))
+                return
+            self.pending.pop(0)
+
+
+class _Heartbeat:
+    """Refreshes the job's heartbeat every HEARTBEAT_S seconds on a daemon thread."""
+
+    def __init__(self, catalog: Catalog, job_id: int) -> None:
+        self.catalog = catalog
+        self.job_id = job_id
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="svfx-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            try:
+                self.catalog.heartbeat(self.job_id)
+            except Exception as exc:  # the database away: the next beat tries again
+                log.debug("heartbeat of job %s failed: %s", self.job_id, exc)
+
+
+def _close_after(catalog: Catalog, result: ShotResult, exc: BaseException) -> None:
+    """Close the job of a run that stops on ``exc`` (an error, Ctrl-C, SIGTERM)."""
+    recorded = result.done or result.skipped or result.adopted
+    status = "partial" if recorded else "failed"
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, KeyboardInterrupt | SystemExit):
+        reason = "the run was interrupted"
+    result.status, result.error = status, reason
+    message = f"the run stopped before the end: {reason}; {_message(result)}"
+    try:
+        catalog.with_retry(DURING_SHOT_RETRY).finish_job(result.job_id, status, message)
+    except (CatalogError, Exception) as close_error:
+        log.error(
+            "job %s could not be closed (%s); the next job on its outputs closes it",
+            result.job_id,
+            close_error,
+        )
 
 
 def dispatch(
@@ -134,16 +295,18 @@ def dispatch(
     *,
     window: int,
     resources: dict[str, int] | None,
+    stop: threading.Event | None = None,
 ) -> Iterator[ChunkSummary]:
     """Submit chunks keeping at most `window` in flight (resource-restricted tasks skip Dask's
     own queueing, stack-notes.md 3.2); yield each summary as it lands. A chunk whose worker
-    died more often than Dask allows, or that raised, comes back as failed frames."""
+    died more often than Dask allows, or that raised, comes back as failed frames. Once
+    ``stop`` is set nothing more is submitted and the chunks in flight are still yielded."""
     pending = iter(jobs)
     in_flight: dict[Any, ChunkJob] = {}
     run = uuid.uuid4().hex[:8]
 
     def submit_next(ac: as_completed | None) -> Any:
-        job = next(pending, None)
+        job = None if stop is not None and stop.is_set() else next(pending, None)
         if job is None:
             return None
         future = client.submit(
@@ -179,8 +342,7 @@ def dispatch(
         yield summary
 
 
-def _record(catalog: Any, job_id: int, summary: ChunkSummary, result: ShotResult) -> None:
-    catalog.record_chunk(job_id, summary)
+def _count(summary: ChunkSummary, result: ShotResult) -> None:
     result.chunks += summary.chunk_index >= 0
     result.model_s += summary.model_s
     result.chunk_wall_s += summary.wall_s
@@ -218,13 +380,15 @@ def _failed_chunk(
 
 
 def _status(result: ShotResult) -> str:
-    if not result.done and not result.skipped:
+    if not result.done and not result.skipped and not result.adopted:
         return "failed"
     return "partial" if result.failed else "complete"
 
 
 def _message(result: ShotResult) -> str:
     parts = [f"{len(result.done)} done", f"{len(result.skipped)} already done"]
+    if result.adopted:
+        parts.append(f"{len(result.adopted)} found on disk")
     if result.failed:
         parts.append(f"{len(result.failed)} failed")
     text = ", ".join(parts) + f" of {result.total} frames"
@@ -243,7 +407,7 @@ def _emit(result: ShotResult, stage: str, message: str = "") -> None:
             total=result.total,
             done=len(result.done),
             failed=len(result.failed),
-            skipped=len(result.skipped),
+            skipped=len(result.skipped) + len(result.adopted),
             message=message,
         )
     )

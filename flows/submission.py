@@ -140,4 +140,10 @@ class InlineSubmitter:
         run = self.run or process_shot
         result = run(spec.model_dump(mode="json"), self.dask_address)
         self.results.append(result)
+        if result.get("job_id") is None:  # refused before any work
+            raise SubmissionRefused(str(result.get("error") or "refused"))
         return f"inline-{result.get('job_id')}"
+
+
+class SubmissionRefused(Exception):
+    """An inline run that refused its shot (the reason is the message)."""

@@ -16,6 +16,24 @@ from bench.common import free_port
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 
+def _restored_environment() -> Iterator[None]:
+    """The CLI run in-process sets process-wide defaults in os.environ (SVFX_HOME for the
+    checkpoint caches, quieter Prefect and Dask logging), as a real `svfx` process should;
+    a test, or a module's fixtures, must not hand them on to the next one (or to the
+    subprocesses it starts)."""
+    saved = dict(os.environ)
+    yield
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
+
+
+_environment_restored_after_each_test = pytest.fixture(autouse=True)(_restored_environment)
+_environment_restored_after_each_module = pytest.fixture(autouse=True, scope="module")(
+    _restored_environment
+)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 for the whole session, with dummy credentials."""

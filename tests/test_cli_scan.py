@@ -121,3 +121,19 @@ def test_a_scan_processes_a_new_plate_then_finds_nothing_new(env, tmp_path):
     again = invoke(*args)
     assert again.exit_code == 0, why(again)
     assert "nothing new" in again.stdout
+
+
+def test_a_scan_whose_only_sequence_is_refused_names_it_and_exits_2(env, tmp_path_factory):
+    """A sequence whose outputs would go outside the allowed roots: named with the reason,
+    counted, exit 2; never 'nothing new', never a traceback."""
+    url, fs = env
+    fs.pipe({f"{url}/ab/sq010/sh010/plates/bg01/p.{f}.exr": b"x" for f in (1001, 1002)})
+    outside = tmp_path_factory.mktemp("not_an_allowed_root")
+    args = ["scan", url, "--template", TEMPLATE, "--settle", "0", "--output", str(outside)]
+    result = invoke(*args)
+    assert result.exit_code == 2, why(result)
+    assert "rejected: ab/sq010/sh010/bg01" in result.stdout
+    assert "outside the allowed roots" in result.stdout and str(outside) in result.stdout
+    assert "1 sequences refused" in result.stdout
+    assert "nothing new" not in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr

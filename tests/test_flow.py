@@ -187,7 +187,11 @@ def test_a_flow_killed_mid_shot_redoes_only_the_missing_frames(home, cluster):
         run_planned_shot(
             plan_shot(spec, settings), catalog, client, window=2, on_chunk=die_after_two_chunks
         )
+    # the chunks still running when it died finished (their frames are on disk with their
+    # records, not in the catalog): they are found and recorded, not computed again
     resumed = run_planned_shot(plan_shot(spec, settings), catalog, client)
     assert resumed.status == "complete"
     assert sorted(resumed.skipped) == sorted(recorded)
-    assert sorted(resumed.done) == sorted(set(range(1001, 1009)) - set(recorded))
+    assert not set(resumed.adopted) & set(recorded)
+    assert sorted(resumed.done + resumed.adopted) == sorted(set(range(1001, 1009)) - set(recorded))
+    assert resumed.chunks == len(resumed.done) // 2

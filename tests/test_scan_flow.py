@@ -15,6 +15,9 @@ One sequence goes through the life a watched bucket sees:
 from __future__ import annotations
 
 import hashlib
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +246,40 @@ def test_jobs_whose_flow_died_are_closed_with_the_reason(tmp_path: Path, prefect
     assert "2 of 4 frames recorded" in closed["message"]
     assert catalog.job(jobs["sh0020"])["status"] == "running"
     assert reap_abandoned_jobs(catalog) == []  # nothing left to close
+
+
+def test_a_job_whose_process_died_is_closed_and_its_run_marked_crashed(
+    tmp_path: Path, prefect_api: None
+) -> None:
+    """`svfx submit` killed outright: its Prefect run stays Running for ever and its job too,
+    so a scan would take the plate for in flight. The reaper sees the dead owner, closes the
+    job and tells Prefect the run crashed."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    from flows.process_shot import process_shot
+    from flows.reaper import reap_abandoned_jobs
+    from flows.submission import runs_in_flight
+    from tests.catalog_fixtures import make_plate, make_spec
+
+    catalog = open_catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    spec = make_spec(tmp_path, shot="sh0030")
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(
+            process_shot, parameters={"spec": spec.model_dump(mode="json")}, state=Running()
+        )
+    dead_process = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_process.wait()
+    owner = f"{socket.gethostname()}:{dead_process.pid}::gone"
+    job = catalog.register_job(
+        spec, make_plate(spec, range(1, 5)), str(run.id), output_root=str(tmp_path), owner=owner
+    )
+    assert spec.plate in " ".join(runs_in_flight())
+
+    reaped = reap_abandoned_jobs(catalog)
+    assert [r["job_id"] for r in reaped] == [job]
+    closed = catalog.job(job)
+    assert closed["status"] == "failed" and "ended without finishing" in closed["message"]
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run.id).state.type.value == "CRASHED"
+    assert str(run.id) not in runs_in_flight().values()
