@@ -12,8 +12,12 @@ import pytest
 
 from bench.common import free_port
 
-# botocore must never probe the instance-metadata endpoint on a closed network.
+# botocore must never probe the instance-metadata endpoint on a closed network, and every
+# test (and every environment a test restores) has the dummy credentials moto accepts.
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 def _restored_environment() -> Iterator[None]:

@@ -46,6 +46,7 @@ from schemas.settings import Settings
 from schemas.spec import parse_spec
 from storage.atomic import atomic_open, atomic_upload_file, atomic_write_bytes
 from storage.errors import StorageError
+from storage.zarr_store import close_store
 from tests.shot_helpers import make_plate, spec_data
 
 pytestmark = pytest.mark.timeout(180)
@@ -138,6 +139,7 @@ def test_a_shot_with_plate_and_outputs_on_s3(
     assert not np.isnan(store["normal"][:].astype(np.float32)).any()
     np.testing.assert_array_equal(store["matte"][:], np.stack(mattes))
     assert store["pose"].shape[0] == FRAMES
+    close_store(store.store)  # plain zarr leaves its S3 session open
 
     # shot-level files
     pose = json.loads(fs.cat_file(result.extras["pose_json"]))
@@ -193,6 +195,7 @@ def test_a_shot_with_plate_and_outputs_on_s3(
     assert lost.status == "complete" and sorted(lost.done) == frames
     store = zarr.open_group(result.zarr, mode="r", storage_options=options)
     assert not np.isnan(store["normal"][:].astype(np.float32)).any()
+    close_store(store.store)
 
 
 def test_a_plate_on_s3_with_outputs_on_local_disk(

@@ -15,6 +15,7 @@ from storage.zarr_store import (
     KEYPOINTS,
     SEG_FILL,
     ShotStoreWriter,
+    close_store,
     create_shot_store,
     frames_by_shard,
     read_frame,
@@ -144,6 +145,7 @@ def test_s3_round_trip(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     group = zarr.open_group(uri, mode="r", storage_options=options)
     assert group.attrs["provenance"] == PROVENANCE
     np.testing.assert_array_equal(group["frame"][:], FRAMES)
+    close_store(group.store)  # plain zarr leaves its S3 session open
 
 
 def test_shard_groups_never_overlap_between_writers(tmp_path: Path) -> None:
