@@ -184,7 +184,7 @@ def run_submit(
     if live is not None:
         return _follow_or_refuse(live, spec, catalog, as_json)
     plan = _refusing(lambda: _plan(spec, settings, inputs))
-    _warn_before_run(plan, spec, settings)
+    _warn_before_run(plan, spec)
     result = _run_flow(spec.model_dump(mode="json"), dask_address, settings, quiet=as_json)
     if result.get("conflict"):  # a twin submitted in the same instant registered first
         return _follow_or_refuse(result["conflict"], spec, catalog, as_json)
@@ -313,7 +313,7 @@ def _follow(
             time.sleep(poll_s)
 
 
-def _warn_before_run(plan: Any, spec: Any, settings: Settings) -> None:
+def _warn_before_run(plan: Any, spec: Any) -> None:
     if plan.untrained:
         err.print(
             f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "

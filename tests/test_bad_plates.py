@@ -112,6 +112,22 @@ def test_read_frame_raises_frame_error_naming_file_and_frame(tmp_path: Path, kin
     assert caught.value.frame == 1002
 
 
+@pytest.mark.parametrize("kind", ["truncated", "magic_then_garbage"])
+def test_a_damaged_exr_prints_nothing_of_its_own(
+    tmp_path: Path, kind: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """OpenEXR's own warnings (on stdout and stderr, from native code) stay out of the
+    terminal; what they say that helps is in the error."""
+    make_bad, _reason = BAD_FRAMES[kind]
+    path = tmp_path / "plate.1002.exr"
+    make_bad(path)
+    capfd.readouterr()
+    with pytest.raises(FrameError):
+        read_frame(str(path), frame=1002)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
 def test_nonfinite_zero_policy_replaces_and_records(tmp_path: Path) -> None:
     path = tmp_path / "plate.1002.exr"
     _nan_and_inf(path)

@@ -280,3 +280,21 @@ def test_a_refusal_imports_neither_torch_nor_prefect_nor_dask(tmp_path):
     )  # fmt: skip
     assert done.stdout.strip() == "2 []", done.stdout + done.stderr
     assert "outside the allowed roots" in done.stderr
+
+
+def test_the_untrained_warning_says_why_with_or_without_a_root(monkeypatch):
+    """With a checkpoint root given, the warning must not claim none was given."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    printed = Console(record=True, width=300)
+    monkeypatch.setattr(cli, "err", printed)
+    plate = SimpleNamespace(colorspace_guessed=False)
+    spec = SimpleNamespace(model_size="auto")
+    for note in ("no checkpoint root was given", "/models holds no checkpoint"):
+        plan = SimpleNamespace(untrained=["seg"], checkpoint_note=note, plate=plate)
+        cli._warn_before_run(plan, spec)
+    text = printed.export_text()
+    assert "UNTRAINED MODELS: seg use random weights (no checkpoint root was given)" in text
+    assert "(/models holds no checkpoint)" in text
