@@ -318,7 +318,7 @@ def _warn_before_run(plan: Any, spec: Any) -> None:
         err.print(
             f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "
             f"weights ({escape(plan.checkpoint_note)}). The outputs prove the pipeline, they are "
-            "not real passes. Give real checkpoints with SVFX_CHECKPOINT_ROOT or "
+            "not real passes: put real checkpoints under SVFX_CHECKPOINT_ROOT or "
             "--checkpoint-root.[/]",
             highlight=False,
             soft_wrap=True,

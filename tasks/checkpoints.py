@@ -195,11 +195,9 @@ def resolve_auto_size(
     else `pick_model_size` over what the root holds."""
     wanted = preferred_size(preferred)
     if scan is None:
-        reason = (
-            f"tiny: no checkpoint root (SVFX_CHECKPOINT_ROOT, --checkpoint-root): {UNTRAINED_NOTE}"
-        )
+        reason = f"no checkpoint root was given: {UNTRAINED_NOTE}"
     elif scan.empty:
-        reason = f"tiny: no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
+        reason = f"no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
     else:
         return pick_model_size(
             pass_tasks, scan.refs, preferred=preferred, root=scan.root, skipped=scan.skipped
