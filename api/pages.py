@@ -16,6 +16,7 @@ from api import views
 from api.context import ApiContext, context
 from api.files import contact_sheet_uri, image_exists, servable
 from api.params import Limit, Offset, SequencePath, ShotPath, ShowPath, ShowQuery
+from api.qc_chart import flicker_chart
 from schemas.catalog import queries
 from schemas.spec import ALL_PASSES
 
@@ -74,7 +75,8 @@ def shot_page(
     request: Request, ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath
 ) -> HTMLResponse:
     engine = ctx.engine
-    detail = views.shot_detail(engine, show, sequence, shot)
+    threshold = ctx.settings.qc_flicker_threshold
+    detail = views.shot_detail(engine, show, sequence, shot, threshold)
     if detail is None:
         missing = {"what": f"shot {show}/{sequence}/{shot}"}
         return templates.TemplateResponse(
@@ -89,11 +91,18 @@ def shot_page(
     for name in passes:
         uri = contact_sheet_uri(detail["jobs"], ctx.settings, show, sequence, shot, name)
         sheets[name] = uri is not None and image_exists(ctx.settings, uri)
+    qc = views.qc_report(engine, show, sequence, shot, threshold)
+    for scores in qc["passes"].values():
+        for score in scores:  # a link only where /files would serve the preview
+            if score["preview_uri"] is None or not servable(ctx.settings, score["preview_uri"]):
+                score["preview_id"] = None
     context = {
         "d": detail,
         "passes": passes,
         "thumbs": thumbs,
         "sheets": sheets,
         "provenance": [_provenance_view(p) for p in detail["provenance"]],
+        "qc": qc,
+        "charts": {name: flicker_chart(name, sc, threshold) for name, sc in qc["passes"].items()},
     }
     return templates.TemplateResponse(request, "shot.html", context, headers=HEADERS)

@@ -66,3 +66,12 @@ FrameQuery = Annotated[
     int | None,
     Query(ge=-(2**31), le=2**31 - 1, description="narrow a Zarr array to this frame"),
 ]
+ThresholdQuery = Annotated[
+    float | None,
+    Query(
+        gt=0,
+        le=1e6,
+        description="flag frames whose flicker score is above this (default: the "
+        "SVFX_QC_FLICKER_THRESHOLD setting)",
+    ),
+]

@@ -26,6 +26,7 @@ from api.params import (
     ShowPath,
     ShowQuery,
     StatusQuery,
+    ThresholdQuery,
 )
 from api.problems import INVALID
 from api.responses import (
@@ -35,6 +36,7 @@ from api.responses import (
     OutputProvenance,
     Page,
     Problem,
+    QcReport,
     ShotDetail,
 )
 from schemas.catalog import queries
@@ -42,6 +44,10 @@ from schemas.catalog import queries
 router = APIRouter(prefix="/api", responses=INVALID)
 Ctx = Annotated[ApiContext, Depends(context)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "unknown"}}
+
+
+def _threshold(ctx: ApiContext) -> float:
+    return ctx.settings.qc_flicker_threshold
 
 
 def _no_shot(show: str, sequence: str, shot: str) -> HTTPException:
@@ -77,7 +83,7 @@ def list_shots(
 def get_shot(ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath) -> dict[str, Any]:
     """The shot's coverage, its plates, its newest jobs with every failed frame and its
     reason, and the provenance of the newest job's outputs."""
-    detail = views.shot_detail(ctx.engine, show, sequence, shot)
+    detail = views.shot_detail(ctx.engine, show, sequence, shot, _threshold(ctx))
     if detail is None:
         raise _no_shot(show, sequence, shot)
     return detail
@@ -128,7 +134,31 @@ def list_shot_jobs(
 ) -> dict[str, Any]:
     if not views.shot_exists(ctx.engine, show, sequence, shot):
         raise _no_shot(show, sequence, shot)
-    return views.job_list(ctx.engine, show, sequence, shot, status, limit, offset)
+    return views.job_list(ctx.engine, show, sequence, shot, status, limit, offset, _threshold(ctx))
+
+
+@router.get(
+    "/shots/{show}/{sequence}/{shot}/qc",
+    tags=["shots"],
+    summary="Temporal QC: flicker scores per pass and frame, and the flagged frames",
+    response_model=QcReport,
+    responses=NOT_FOUND,
+)
+def get_qc(
+    ctx: Ctx,
+    show: ShowPath,
+    sequence: SequencePath,
+    shot: ShotPath,
+    threshold: ThresholdQuery = None,
+) -> dict[str, Any]:
+    """Per dense pass and frame, the flicker score (how much the pass changed next to its
+    neighbouring frames relative to the plate, divided by what is usual for the shot: 1 is
+    usual) and whether it is above the threshold (``threshold``, default the
+    ``SVFX_QC_FLICKER_THRESHOLD`` setting); ``flagged`` lists the frames above it."""
+    if not views.shot_exists(ctx.engine, show, sequence, shot):
+        raise _no_shot(show, sequence, shot)
+    limit = threshold if threshold is not None else _threshold(ctx)
+    return views.qc_report(ctx.engine, show, sequence, shot, limit)
 
 
 @router.get(
@@ -139,7 +169,7 @@ def list_shot_jobs(
     responses=NOT_FOUND,
 )
 def get_job(ctx: Ctx, job_id: JobIdPath) -> dict[str, Any]:
-    job = views.find_job(ctx.engine, job_id)
+    job = views.find_job(ctx.engine, job_id, _threshold(ctx))
     if job is None:
         raise HTTPException(404, f"the catalog has no job {job_id}")
     return job

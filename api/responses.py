@@ -53,11 +53,40 @@ class Output(BaseModel):
     plate_sha256: str | None
     checkpoint_sha256: str | None
     created_at: str | None
+    flicker: float | None = Field(
+        description="temporal QC: the frame's flicker score for this pass (1 = usual for "
+        "the shot; see /api/shots/{show}/{sequence}/{shot}/qc); null until scored"
+    )
 
 
 class FailedFrame(BaseModel):
     frame: int
     error: str | None
+
+
+class FlaggedFrame(BaseModel):
+    pass_name: str
+    frame: int
+    flicker: float = Field(description="its flicker score, above the threshold")
+
+
+class FlickerScore(BaseModel):
+    frame: int
+    flicker: float
+    flagged: bool = Field(description="above the threshold")
+    preview_id: int | None = Field(description="the frame's preview (/files/outputs/{id})")
+
+
+class QcReport(BaseModel):
+    """Temporal QC of a shot: per dense pass and frame, how much the pass changed next to
+    its neighbours relative to the plate, divided by what is usual for the shot (1)."""
+
+    show: str
+    sequence: str
+    shot: str
+    threshold: float = Field(description="frames scoring above this are flagged")
+    passes: dict[str, list[FlickerScore]]
+    flagged: list[FlaggedFrame]
 
 
 class JobRecord(BaseModel):
@@ -82,6 +111,10 @@ class JobRecord(BaseModel):
 
 class Job(JobRecord):
     failed_frames: list[FailedFrame] = Field(description="every failed frame and its reason")
+    flagged_frames: list[FlaggedFrame] = Field(
+        description="frames of its output folder that temporal QC flags (flicker above the "
+        "threshold), by pass"
+    )
     untrained: bool = Field(description="made with UNTRAINED (random-weight) models")
 
 

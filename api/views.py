@@ -56,9 +56,19 @@ def job_list(
     status: str | None,
     limit: int,
     offset: int,
+    threshold: float = queries.DEFAULT_FLICKER_THRESHOLD,
 ) -> dict[str, Any]:
-    """A page of jobs, newest first, with failed frames and untrained flags."""
-    items = queries.jobs(engine, show, sequence, shot, status=status, limit=limit, offset=offset)
+    """A page of jobs, newest first, with failed and flagged frames and untrained flags."""
+    items = queries.jobs(
+        engine,
+        show,
+        sequence,
+        shot,
+        status=status,
+        limit=limit,
+        offset=offset,
+        flicker_threshold=threshold,
+    )
     total = _total(
         items, limit, offset, lambda: queries.count_jobs(engine, show, sequence, shot, status)
     )
@@ -75,8 +85,10 @@ def all_outputs(engine: Engine, limit: int, offset: int) -> dict[str, Any]:
     return page(items, total, limit, offset)
 
 
-def find_job(engine: Engine, job_id: int) -> dict[str, Any] | None:
-    found = queries.jobs(engine, job_id=job_id, limit=1)
+def find_job(
+    engine: Engine, job_id: int, threshold: float = queries.DEFAULT_FLICKER_THRESHOLD
+) -> dict[str, Any] | None:
+    found = queries.jobs(engine, job_id=job_id, limit=1, flicker_threshold=threshold)
     return mark_untrained(engine, found)[0] if found else None
 
 
@@ -84,14 +96,20 @@ def shot_exists(engine: Engine, show: str, sequence: str, shot: str) -> bool:
     return queries.count_shots(engine, show, sequence, shot) > 0
 
 
-def shot_detail(engine: Engine, show: str, sequence: str, shot: str) -> dict[str, Any] | None:
-    """Coverage, plates, the newest jobs (failed frames and reasons) and the newest job's
-    provenance; None when the catalog has no such shot."""
+def shot_detail(
+    engine: Engine,
+    show: str,
+    sequence: str,
+    shot: str,
+    threshold: float = queries.DEFAULT_FLICKER_THRESHOLD,
+) -> dict[str, Any] | None:
+    """Coverage, plates, the newest jobs (failed and flagged frames and reasons) and the
+    newest job's provenance; None when the catalog has no such shot."""
     listed = shot_list(engine, show, sequence, shot, limit=1, offset=0)["items"]
     if not listed:
         return None
     coverage = listed[0]
-    jobs = job_list(engine, show, sequence, shot, None, JOBS_ON_SHOT, 0)
+    jobs = job_list(engine, show, sequence, shot, None, JOBS_ON_SHOT, 0, threshold)
     job_id = coverage["job_id"]
     return {
         "show": show,
@@ -103,4 +121,35 @@ def shot_detail(engine: Engine, show: str, sequence: str, shot: str) -> dict[str
         "jobs_total": jobs["total"],
         "provenance": queries.job_provenance(engine, job_id) if job_id else [],
         "untrained": coverage["untrained"],
+    }
+
+
+def qc_report(
+    engine: Engine, show: str, sequence: str, shot: str, threshold: float
+) -> dict[str, Any]:
+    """The shot's flicker scores per pass, each marked flagged or not, and the flagged list."""
+    passes: dict[str, list[dict[str, Any]]] = {}
+    flagged = []
+    for row in queries.flicker_scores(engine, show, sequence, shot):
+        above = row["flicker"] > threshold
+        passes.setdefault(row["pass_name"], []).append(
+            {
+                "frame": row["frame"],
+                "flicker": row["flicker"],
+                "flagged": above,
+                "preview_id": row["preview_id"],
+                "preview_uri": row["preview_uri"],
+            }
+        )
+        if above:
+            flagged.append(
+                {"pass_name": row["pass_name"], "frame": row["frame"], "flicker": row["flicker"]}
+            )
+    return {
+        "show": show,
+        "sequence": sequence,
+        "shot": shot,
+        "threshold": threshold,
+        "passes": passes,
+        "flagged": flagged,
     }

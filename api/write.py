@@ -107,7 +107,7 @@ async def submit_shot(request: Request, ctx: Ctx) -> Submitted:
 )
 def retry_job(ctx: Ctx, job_id: JobIdPath) -> Submitted:
     """Submit the job's spec again, restricted to the frames that failed."""
-    job = views.find_job(ctx.engine, job_id)
+    job = views.find_job(ctx.engine, job_id, ctx.settings.qc_flicker_threshold)
     if job is None:
         raise HTTPException(404, f"the catalog has no job {job_id}")
     failed = sorted({f["frame"] for f in job["failed_frames"]})

@@ -51,6 +51,7 @@ class ShotPlan:
     storage_options: dict[str, Any]
     fps: float = 24.0  # the plate's framesPerSecond, for review clips
     frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
+    qc_threshold: float = 3.0  # flicker score above which a frame is flagged (settings)
 
     @property
     def untrained(self) -> list[str]:
@@ -154,6 +155,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         storage_options=storage_options,
         fps=_fps(header),
         frames_per_shard=frames_per_shard,
+        qc_threshold=settings.qc_flicker_threshold,
     )
 
 

@@ -160,6 +160,11 @@ def _publish(spec: ShotSpec, result: ShotResult) -> None:
     lines += [f"- {name.replace('_', ' ')}: `{uri}`" for name, uri in result.extras.items()]
     if result.untrained:
         lines += ["", f"**UNTRAINED models for {', '.join(result.untrained)}: not real passes.**"]
+    if result.flagged:
+        lines += ["", "## Temporal QC: flagged frames (flicker above the threshold)", ""]
+        lines += [
+            f"- {name}: {', '.join(map(str, frames))}" for name, frames in result.flagged.items()
+        ]
     if result.failed:
         lines += ["", "## Failed frames", ""]
         lines += [f"- {f}: {why}" for f, why in sorted(result.failed.items())[:200]]

@@ -31,7 +31,9 @@ from schemas.catalog.lease import HEARTBEAT_S, end_run, start_run
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.retry import RetryPolicy
 from tasks.chunk_worker import ChunkJob, process_chunk
+from tasks.colour import working_space_for
 from tasks.finalize import FinalizeJob, finalize_shot
+from tasks.temporal_qc import QcJob, flagged_frames, qc_passes, shot_flicker
 
 from .cluster import gpu_slots, worker_count
 from .planning import ShotPlan, create_store, store_provenance
@@ -60,6 +62,7 @@ class ShotResult:
     chunk_wall_s: float = 0.0
     peak_worker_rss_mb: float = 0.0
     chunks: int = 0
+    flagged: dict[str, list[int]] = field(default_factory=dict)  # temporal QC, per pass
     error: str = ""  # why the run stopped before the end (the catalog away, ...)
 
     def as_dict(self) -> dict[str, Any]:
@@ -182,7 +185,10 @@ def _run(
 
     finished = sorted(result.done + result.skipped + result.adopted)
     if finished:
+        qc = _start_qc(plan, client, finished) if result.done else None
         result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
+        if qc is not None:
+            _record_qc(plan, catalog, job_id, qc, result)
     result.status = _status(result)
     message = _message(result)
     catalog.finish_job(job_id, result.status, message)
@@ -205,6 +211,7 @@ def _finalize(
         fps=plan.fps,
         only_missing=not new,
         storage_options=plan.storage_options,
+        albedo_colorspace=working_space_for(plan.plate.colorspace),
     )
     try:
         if new:  # new previews to read: on a worker, not in the flow
@@ -213,6 +220,41 @@ def _finalize(
     except Exception as exc:  # the frames are safe; say what is missing
         log.error("shot-level files (pose JSON, contact sheets, clips) failed: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
+    """The flicker scores of every finished frame, on a worker (they read the store and the
+    plate), beside the shot-level files; None when the shot has no dense pass to score."""
+    if not qc_passes(plan.spec.passes) or len(frames) < 3:
+        return None
+    job = QcJob(
+        zarr=plan.layout.zarr,
+        frames=tuple(frames),
+        plate_uris=tuple(plan.sequence.uri_for(f) for f in frames),
+        plate_colorspace=plan.plate.colorspace,
+        passes=tuple(plan.spec.passes),
+        storage_options=dict(plan.storage_options or {}),
+        plate_storage_options=dict(plan.sequence.storage_options or {}),
+    )
+    return client.submit(shot_flicker, job, pure=False)
+
+
+def _record_qc(
+    plan: ShotPlan, catalog: Catalog, job_id: int, future: Any, result: ShotResult
+) -> None:
+    """Scores are advice: one that cannot be made is logged and noted, the shot stands."""
+    try:
+        flicker = future.result()
+        frames = {f for scores in flicker.values() for f in scores}
+        uris = {f: (plan.layout.exr(f), plan.layout.zarr) for f in frames}
+        catalog.record_flicker(job_id, flicker, uris)
+    except CatalogUnavailable:
+        raise
+    except Exception as exc:
+        log.error("temporal QC of %s failed: %s", plan.spec.shot_path, exc)
+        result.extras["qc_error"] = f"{type(exc).__name__}: {exc}"
+        return
+    result.flagged = flagged_frames(flicker, plan.qc_threshold)
 
 
 class _Recorder:

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     # How long a catalog write waits for its database (a restart, a lock) before giving up.
     catalog_retry_s: float = Field(120.0, gt=0)
     # The scheduled bucket scan (`svfx serve`): prefixes, naming template and schedule.
+    # Temporal QC: a frame whose flicker score (tasks/temporal_qc.py; 1 = usual for the shot)
+    # is above this is flagged in the catalog, `svfx status`, the API and the shot page.
+    qc_flicker_threshold: float = Field(3.0, gt=0)
     scan_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     scan_template: str = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
     scan_interval_s: int = Field(300, ge=10)  # used when scan_cron is not set

@@ -1,5 +1,6 @@
 """Shot-level files, made once every chunk is in: the pose JSON (from per-frame fragments),
-a contact sheet and a review clip per pass (from the per-frame previews). Runs as one Dask
+the shot's Nuke script, a contact sheet and a review clip per pass (from the per-frame
+previews). Runs as one Dask
 task on any worker: it reads small previews and JSON fragments, never full frames."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from storage.previews import read_image, write_contact_sheet
 from storage.review_clip import write_review_clip
 from storage.uri import filesystem_for
 from tasks.layout import ShotLayout
+from tasks.shot_nuke_script import write_shot_nuke_script
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class FinalizeJob:
     fps: float = 24.0
     storage_options: dict[str, Any] = field(default_factory=dict)
     only_missing: bool = False  # nothing new was made: keep the files that exist
+    albedo_colorspace: str | None = None  # the scene-linear space albedo was written in
 
 
 def finalize_shot(job: FinalizeJob) -> dict[str, str]:
@@ -50,6 +53,7 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
             storage_options=options,
         )
         written["pose_json"] = result.uri
+    written.update(_nuke_script(job, options))
     if not job.previews:
         return written
     for name in job.passes:
@@ -71,6 +75,29 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
             )
             written[f"review_clip_{name}"] = clip.uri
     return written
+
+
+def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, str]:
+    """The shot's .nk over its frames with outputs (a failed frame between them reads as a
+    checkerboard). A script that cannot be written is reported by name and does not stop
+    the other files."""
+    if job.only_missing and _exists(job.layout.nuke_script, options):
+        return {"nuke_script": job.layout.nuke_script}
+    try:
+        script = write_shot_nuke_script(
+            job.layout,
+            job.frames,
+            job.passes,
+            image_size=job.image_size,
+            data_window=job.data_window,
+            pixel_aspect=job.pixel_aspect,
+            fps=job.fps,
+            albedo_colorspace=job.albedo_colorspace,
+            storage_options=options,
+        )
+    except Exception as exc:
+        return {"nuke_script_error": f"{job.layout.nuke_script}: {type(exc).__name__}: {exc}"}
+    return {"nuke_script": script} if script is not None else {}
 
 
 def _exists(uri: str, options: dict[str, Any] | None) -> bool:

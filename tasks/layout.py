@@ -5,6 +5,7 @@ with several (``bg01``, ``fg01``), so two elements never overwrite each other.
     <name>.<frame>.exr                 multi-part EXR per frame (every pass asked for)
     <name>.zarr                        Zarr v3 group for the whole shot
     <name>_pose.json                   pose of the shot, readable without the platform
+    <name>.nk                          Nuke script reading every EXR layer of the shot
     previews/<pass>/<name>_<pass>.<frame>.jpg, previews/<name>_<pass>_contact.jpg
     review/<name>_<pass>.mp4           review clip per pass, frame numbers burnt in
     .frame_records/<name>.<frame>.json what the worker made of each frame, written last
@@ -58,6 +59,11 @@ class ShotLayout:
     @property
     def zarr(self) -> str:
         return f"{self.root}/{self.name}.zarr"
+
+    @property
+    def nuke_script(self) -> str:
+        """The shot's Nuke script, beside the EXRs it reads."""
+        return f"{self.root}/{self.name}.nk"
 
     @property
     def pose_json(self) -> str:

@@ -25,6 +25,7 @@ from schemas.catalog import open_catalog, queries
 from schemas.catalog.models import JobFrame, Output
 from storage.pose_json import read_pose_json
 from storage.zarr_store import open_shot_store
+from tests.nuke_parse import parse, tcl_unliteral
 from tests.shot_helpers import make_plate, settings_for, spec_data
 
 pytestmark = pytest.mark.timeout(300)
@@ -76,6 +77,11 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     assert len(pose["frames"]) == 12
     assert Path(result["extras"]["contact_sheet_normal"]).is_file()
     assert Path(result["extras"]["review_clip_seg"]).is_file()
+    script = parse(Path(result["extras"]["nuke_script"]).read_text())  # beside the EXRs
+    read = script.node("Read_data")
+    assert tcl_unliteral(read.knobs["file"]) == result["exr_pattern"]
+    assert (read.knobs["first"], read.knobs["last"], read.knobs["raw"]) == ("1001", "1012", "true")
+    assert script.node("Cryptomatte_BodyPart").knobs["cryptoLayer"] == "CryptoBodyPart"
 
     catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
     outputs = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=500)
@@ -91,6 +97,13 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     }
     provenance = queries.output_provenance(catalog.engine, str(exrs[0]))
     assert provenance is not None
+    scores = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")  # temporal QC
+    scored = {(s["pass_name"], s["frame"]) for s in scores}
+    assert scored == {
+        (p, f) for p in ("normal", "pointmap", "albedo", "matte", "seg") for f in range(1001, 1013)
+    }
+    assert all(s["flicker"] > 0 and s["preview_id"] is not None for s in scores)
+    assert set(result["flagged"]) <= {"normal", "pointmap", "albedo", "matte", "seg"}
 
     again = process_shot(spec, local.scheduler_address)
     assert again["status"] == "complete"

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Engine,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -360,6 +361,39 @@ class Catalog:
             _refresh_counters(conn, job_id)
 
         self._write(work, f"closing job {job_id} as {status}")
+
+    def record_flicker(
+        self,
+        job_id: int,
+        flicker: Mapping[str, Mapping[int, float]],
+        uris: Mapping[int, Iterable[str]],
+    ) -> int:
+        """Set the temporal QC score of each (pass, frame) on that frame's outputs among
+        ``uris`` (its EXR and the shot's Zarr store) in the job's shot; returns the rows set."""
+        rows = [
+            {"p": name, "f": frame, "u": normalise_uri(uri), "score": float(score)}
+            for name, scores in flicker.items()
+            for frame, score in scores.items()
+            for uri in uris.get(frame, ())
+        ]
+
+        def work(conn: Connection) -> int:
+            shot_id, _plate_id = _lock_job(conn, job_id)
+            if not rows:
+                return 0
+            stmt = (
+                update(OUTPUTS)
+                .where(
+                    OUTPUTS.c.shot_id == shot_id,
+                    OUTPUTS.c.pass_name == bindparam("p"),
+                    OUTPUTS.c.frame == bindparam("f"),
+                    OUTPUTS.c.uri == bindparam("u"),
+                )
+                .values(flicker=bindparam("score"))
+            )
+            return int(conn.execute(stmt, rows).rowcount or 0)
+
+        return self._write(work, f"recording the flicker scores of job {job_id}")
 
     def set_flow_run(self, job_id: int, flow_run_id: str) -> None:
         def work(conn: Connection) -> None:
@@ -694,6 +728,7 @@ def _upsert_outputs(
                     "checkpoint_id": checkpoint_ids.get(out.pass_name),
                     "provenance_id": provenance_id,
                     "created_at": now,
+                    "flicker": None,  # a remade output is unscored until the shot's QC
                 }
             )
     rows = _dedupe(rows, _OUTPUT_KEY)

@@ -237,6 +237,9 @@ class Output(Base):
     checkpoint_id: Mapped[int | None] = mapped_column(ForeignKey("checkpoints.id"), index=True)
     provenance_id: Mapped[int] = mapped_column(ForeignKey("provenance.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Temporal QC (tasks/temporal_qc.py): the frame's flicker score for this pass, set on the
+    # EXR and Zarr rows once the shot's frames are in; NULL until scored or when recomputed.
+    flicker: Mapped[float | None] = mapped_column(Float)
 
 
 class OutputCheckpoint(Base):

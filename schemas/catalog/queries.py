@@ -30,6 +30,7 @@ from schemas.catalog.db import READ_OPTION
 from schemas.catalog.uris import normalise_uri
 
 Bind = Engine | Connection | Session
+DEFAULT_FLICKER_THRESHOLD = 3.0  # schemas.settings.Settings.qc_flicker_threshold's default
 
 
 @contextmanager
@@ -112,6 +113,7 @@ _OUTPUT_COLUMNS = (
     m.Output.provenance_id,
     m.Checkpoint.sha256.label("checkpoint_sha256"),
     m.Output.created_at,
+    m.Output.flicker,
 )
 
 
@@ -429,8 +431,10 @@ def jobs(
     job_id: int | None = None,
     limit: int = 50,
     offset: int = 0,
+    flicker_threshold: float = DEFAULT_FLICKER_THRESHOLD,
 ) -> list[dict[str, Any]]:
-    """Jobs, newest first, each with its failed frames (``failed_frames``: frame, error)."""
+    """Jobs, newest first, each with its failed frames (``failed_frames``: frame, error) and
+    the frames temporal QC flags in its outputs (``flagged_frames``, see `flagged_frames`)."""
     stmt = _jobs_filtered(show, sequence, shot, status, job_id)
     stmt = stmt.order_by(m.Job.created_at.desc(), m.Job.id.desc())
     with reading(bind) as conn:
@@ -443,12 +447,93 @@ def jobs(
     by_job: dict[int, list[dict[str, Any]]] = {}
     for f in failed:
         by_job.setdefault(f.job_id, []).append({"frame": f.frame, "error": f.error})
+    roots = {r.id: (r.shot_id, r.output_root) for r in rows}
+    flagged = flagged_frames(bind, roots, flicker_threshold)
     result = []
     for r in rows:
         job = _job_dict(r)
         job["failed_frames"] = by_job.get(job["id"], [])
+        job["flagged_frames"] = flagged.get(job["id"], [])
         result.append(job)
     return result
+
+
+def flagged_frames(
+    bind: Bind, jobs: dict[int, tuple[int, str | None]], threshold: float
+) -> dict[int, list[dict[str, Any]]]:
+    """Per job (id -> its shot id and output folder): the EXR outputs in its output folder
+    whose flicker score is above ``threshold``, by pass and frame. Keys: pass_name, frame,
+    flicker. The folder, not the job id, picks them (a resubmit scores the frames an earlier
+    job made too); a job without a recorded folder, by its own outputs."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    with reading(bind) as conn:
+        for job_id, (shot_id, root) in jobs.items():
+            mine = (
+                m.Output.uri.startswith(normalise_uri(root).rstrip("/") + "/", autoescape=True)
+                if root
+                else m.Output.job_id == job_id  # a job recorded before output folders were
+            )
+            stmt = (
+                select(m.Output.pass_name, m.Output.frame, m.Output.flicker)
+                .distinct()  # one row per part of the EXR
+                .where(
+                    m.Output.shot_id == shot_id,
+                    m.Output.kind == "exr",
+                    m.Output.flicker > threshold,
+                    mine,
+                )
+                .order_by(m.Output.pass_name, m.Output.frame)
+            )
+            rows = [dict(r._mapping) for r in conn.execute(stmt)]
+            if rows:
+                found[job_id] = rows
+    return found
+
+
+def flicker_scores(
+    bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
+) -> list[dict[str, Any]]:
+    """The temporal QC score of each (pass, frame) of the shot (the newest scored EXR
+    output), with the id of the frame's newest preview for a link (None without one).
+    Keys: pass_name, frame, flicker, uri, preview_id, preview_uri; by pass and frame."""
+    newest = (
+        func.row_number()
+        .over(
+            partition_by=(m.Output.pass_name, m.Output.frame),
+            order_by=(m.Output.created_at.desc(), m.Output.id.desc()),
+        )
+        .label("newest")
+    )
+    cols = (m.Output.pass_name, m.Output.frame, m.Output.flicker, m.Output.uri, newest)
+    scored = with_shot(select(*cols), m.Output.shot_id, show, sequence, shot).where(
+        m.Output.kind == "exr", m.Output.flicker.is_not(None)
+    )
+    if pass_name is not None:
+        scored = scored.where(m.Output.pass_name == pass_name)
+    pcols = (m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest)
+    previews = with_shot(select(*pcols), m.Output.shot_id, show, sequence, shot).where(
+        m.Output.kind == "preview"
+    )
+    s_ = scored.subquery()
+    p_ = previews.subquery()
+    stmt = (
+        select(
+            s_.c.pass_name,
+            s_.c.frame,
+            s_.c.flicker,
+            s_.c.uri,
+            p_.c.id.label("preview_id"),
+            p_.c.uri.label("preview_uri"),
+        )
+        .outerjoin(
+            p_,
+            (p_.c.pass_name == s_.c.pass_name) & (p_.c.frame == s_.c.frame) & (p_.c.newest == 1),
+        )
+        .where(s_.c.newest == 1)
+        .order_by(s_.c.pass_name, s_.c.frame)
+    )
+    with reading(bind) as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
 def _made_from(plate_sha256: str | None, checkpoint_sha256: str | None) -> ColumnElement[bool]:

@@ -1,0 +1,259 @@
+"""Temporal QC: a flicker score per frame for each dense pass of a shot.
+
+Per-frame networks flicker: a frame's pass jumps while the plate barely moved. The score
+tells that apart from honest motion by comparing the pass's change with the plate's change
+over the same pixels, and comparing that ratio with what is usual for the shot:
+
+    D_x(a, b)  mean change of x between frames a and b over the pixels that are the person
+               (matte >= 0.5 or a body-part label) in both frames; the whole frame when the
+               shot has neither pass or no person
+    R(a, b)    (D_pass(a, b) + EPS) / (D_plate(a, b) + EPS)
+    r(t)       min(R(t, t-1), R(t, t+1))   at the first and last frame the two nearest
+               frames on the one side they have (t+1, t+2 / t-1, t-2)
+    score(t)   r(t) / median over the shot's frames of r
+
+Why the ratio to the plate: fast action, a camera bump or a flash change the plate and the
+pass together and do not raise the score. Why the minimum over both neighbours: a frame
+whose pass is wrong changed more than its plate towards both of its neighbours, while each
+neighbour still agrees with its other neighbour, so the spike lands on the bad frame alone
+(a plain first difference flags the frame after it too); the ratio is taken per pair, so a
+neighbour that moved honestly does not hide or fake anything. Why the median: it makes the
+score unit-free per pass (1 is what is usual for this shot) and robust to the few bad frames
+it looks for. EPS is the noise floor (0.2% of the encoded plate's range; the pass metrics
+share that scale), so a static plate does not turn noise into a score.
+
+What it cannot do: pixels are compared where they are, without following the motion, so a
+pass that varies fast across the body (normals) changes a lot with motion alone, and in a
+shot with fast action a normal flicker must be larger to stand out (on the synthetic shot of
+tests/test_temporal_qc.py, moving 1.5 proxy pixels a frame: a 27 degree tilt of one frame
+scores 4.5, a 17 degree one 2.9).
+
+Change metrics, all near a 0-1 scale: normal, half the chord between unit vectors; pointmap,
+the distance between points relative to their distance from the camera; albedo and matte, the
+mean absolute difference; seg, the share of pixels whose label changed; plate, the mean
+absolute difference of the luma of the plate as the model saw it (its input encoding).
+
+Everything is measured on proxies at most PROXY_SIDE pixels on the long side (block means;
+labels by nearest sample), which keeps one frame's proxies under a megabyte: frames stream
+through a window of three, so memory stays flat in the length of the shot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from storage.readers import read_frame
+from storage.zarr_store import SEG_FILL, close_store, open_shot_store
+from tasks.colour import ColourConversion
+
+QC_PASSES = ("normal", "pointmap", "albedo", "matte", "seg")
+PROXY_SIDE = 256
+EPS = 0.002
+MIN_REGION = 0.005  # share of the proxy below which the person region is taken as absent
+BACKGROUND = 0  # seg class 0 is the background
+_LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class QcJob:
+    """What the flicker scores of one shot need: the store, the finished frames in order and
+    their plate files. Small and picklable (it travels to a worker)."""
+
+    zarr: str
+    frames: tuple[int, ...]
+    plate_uris: tuple[str, ...]
+    plate_colorspace: str
+    passes: tuple[str, ...]
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    plate_storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Proxies:
+    """One frame, small: the plate's luma, each pass, and where the person is."""
+
+    frame: int
+    plate: np.ndarray  # (h, w) float32
+    passes: Mapping[str, np.ndarray]
+    person: np.ndarray | None  # (h, w) bool, None when no pass says where people are
+
+
+def qc_passes(passes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(p for p in QC_PASSES if p in passes)
+
+
+def shot_flicker(job: QcJob) -> dict[str, dict[int, float]]:
+    """Flicker score per pass and frame (see the module); empty below three frames."""
+    passes = qc_passes(job.passes)
+    if len(job.frames) < 3 or not passes:
+        return {}
+    changes = _Changes()
+    window: list[Proxies] = []
+    for proxies in _frame_proxies(job, passes):
+        window = [*window[-2:], proxies]
+        if len(window) >= 2:
+            changes.add(window[-2], window[-1], passes)
+        if len(window) == 3 and window[0].frame == job.frames[0]:
+            changes.add(window[0], window[2], passes)  # the first frame's second neighbour
+    if len(job.frames) > 3:
+        changes.add(window[0], window[2], passes)  # the last frame's second neighbour
+    return {name: scores(job.frames, changes.of(name), changes.of("plate")) for name in passes}
+
+
+def flagged_frames(
+    flicker: Mapping[str, Mapping[int, float]], threshold: float
+) -> dict[str, list[int]]:
+    """The frames above the threshold, per pass (passes with none left out)."""
+    flagged = {
+        name: sorted(f for f, score in frames.items() if score > threshold)
+        for name, frames in flicker.items()
+    }
+    return {name: frames for name, frames in flagged.items() if frames}
+
+
+def scores(
+    frames: Sequence[int],
+    pass_change: Mapping[tuple[int, int], float],
+    plate_change: Mapping[tuple[int, int], float],
+) -> dict[int, float]:
+    """Scores from the changes between pairs of frames (keys: (earlier, later) frame)."""
+    ratios: dict[int, float] = {}
+    for i, frame in enumerate(frames):
+        pairs = [_pair(frame, frames[j]) for j in _neighbours(i, len(frames))]
+        ratios[frame] = min((pass_change[p] + EPS) / (plate_change[p] + EPS) for p in pairs)
+    usual = float(np.median(list(ratios.values())))
+    return {frame: round(r / usual, 4) for frame, r in ratios.items()}
+
+
+def _neighbours(i: int, n: int) -> tuple[int, int]:
+    if i == 0:
+        return 1, 2
+    if i == n - 1:
+        return n - 2, n - 3
+    return i - 1, i + 1
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+class _Changes:
+    """D_x(a, b) for each pair of frames measured, per pass and for the plate."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[tuple[int, int], float]] = {}
+
+    def add(self, a: Proxies, b: Proxies, passes: Sequence[str]) -> None:
+        region = _region(a, b)
+        key = _pair(a.frame, b.frame)
+        self.values.setdefault("plate", {})[key] = _mean(np.abs(a.plate - b.plate), region)
+        for name in passes:
+            change = CHANGE[name](a.passes[name], b.passes[name])
+            self.values.setdefault(name, {})[key] = _mean(change, region)
+
+    def of(self, name: str) -> dict[tuple[int, int], float]:
+        return self.values.get(name, {})
+
+
+def _region(a: Proxies, b: Proxies) -> np.ndarray | None:
+    """Pixels that are the person in both frames: the band the silhouette swept between them
+    changes with motion alone, by a lot in every geometric pass, and would drown the change
+    of the person's own pixels. Both frames' pixels when the overlap is too small."""
+    if a.person is None or b.person is None:
+        return None
+    for region in (a.person & b.person, a.person | b.person):
+        if region.mean() >= MIN_REGION:
+            return region
+    return None
+
+
+def _mean(values: np.ndarray, region: np.ndarray | None) -> float:
+    picked = values if region is None else values[region]
+    finite = picked[np.isfinite(picked)]
+    return float(finite.mean()) if finite.size else 0.0
+
+
+def _normal_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return 0.5 * np.linalg.norm(a - b, axis=-1)
+
+
+def _point_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    scale = 0.5 * (np.linalg.norm(a, axis=-1) + np.linalg.norm(b, axis=-1))
+    return np.linalg.norm(a - b, axis=-1) / np.maximum(scale, 1e-6)
+
+
+def _colour_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a - b).mean(axis=-1)
+
+
+def _scalar_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a - b)
+
+
+def _label_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a != b).astype(np.float32)
+
+
+CHANGE = {
+    "normal": _normal_change,
+    "pointmap": _point_change,
+    "albedo": _colour_change,
+    "matte": _scalar_change,
+    "seg": _label_change,
+}
+
+
+def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
+    colour = ColourConversion(job.plate_colorspace)
+    group = open_shot_store(job.zarr, "r", job.storage_options or None)
+    try:
+        index = {int(f): i for i, f in enumerate(np.asarray(group["frame"][:])) if f >= 0}
+        for frame, uri in zip(job.frames, job.plate_uris, strict=True):
+            if frame not in index:
+                raise ValueError(f"{job.zarr}: frame {frame} is not in the store")
+            arrays = {name: np.asarray(group[name][index[frame]]) for name in passes}
+            plate = read_frame(uri, frame, storage_options=job.plate_storage_options or None)
+            encoded = colour.to_model_encoding(plate.pixels[..., :3])
+            yield _proxies(frame, encoded @ _LUMA, arrays)
+    finally:
+        close_store(group.store)
+
+
+def _proxies(frame: int, luma: np.ndarray, arrays: Mapping[str, np.ndarray]) -> Proxies:
+    shape = next(iter(arrays.values())).shape[:2] if arrays else luma.shape
+    step = max(1, math.ceil(max(shape) / PROXY_SIDE))
+    small = {
+        name: _labels(a, step) if name == "seg" else _block_mean(a, step)
+        for name, a in arrays.items()
+    }
+    person = None
+    if "matte" in small:
+        person = small["matte"] >= 0.5
+    if "seg" in small:
+        labelled = (small["seg"] != BACKGROUND) & (small["seg"] != SEG_FILL)
+        person = labelled if person is None else person | labelled
+    plate = _block_mean(luma, max(1, math.ceil(max(luma.shape) / PROXY_SIDE)))
+    if small:  # an anamorphic plate may be stored at another size: sample it onto the passes'
+        shape = next(iter(small.values())).shape[:2]
+        rows = np.arange(shape[0]) * plate.shape[0] // shape[0]
+        cols = np.arange(shape[1]) * plate.shape[1] // shape[1]
+        plate = plate[rows[:, None], cols[None, :]]
+    return Proxies(frame=frame, plate=plate, passes=small, person=person)
+
+
+def _block_mean(values: np.ndarray, step: int) -> np.ndarray:
+    """Mean of each step x step block (edges cropped), as float32."""
+    h, w = (values.shape[0] // step) * step, (values.shape[1] // step) * step
+    cropped = np.asarray(values[:h, :w], dtype=np.float32)
+    blocks = cropped.reshape(h // step, step, w // step, step, *values.shape[2:])
+    return blocks.mean(axis=(1, 3))
+
+
+def _labels(values: np.ndarray, step: int) -> np.ndarray:
+    h, w = (values.shape[0] // step) * step, (values.shape[1] // step) * step
+    return np.asarray(values[:h:step, :w:step])

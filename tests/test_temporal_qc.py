@@ -1,0 +1,201 @@
+"""Temporal QC (tasks/temporal_qc.py) on a synthetic shot: a person-shaped region moves over a
+smooth background, its passes follow it; each pass is perturbed on one frame, and one frame
+shakes (plate and passes move away and back, as a camera bump does). Each perturbed frame is
+flagged for its pass and no other frame is, the shaken one included. Then the scores through
+the catalog: recorded beside the outputs, listed by the API and on each job, drawn on the
+shot page."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from schemas.catalog import queries
+from storage.zarr_store import create_shot_store, write_frame
+from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, scores, shot_flicker
+from tests import api_fixtures, catalog_fixtures
+from tests.api_fixtures import A, Filled
+from tests.catalog_fixtures import exr_uri
+from tests.plates import write_exr
+
+catalog_url = catalog_fixtures.catalog_url
+catalog = catalog_fixtures.catalog
+pg_database_url = catalog_fixtures.pg_database_url
+filled = api_fixtures.filled
+
+W, H = 160, 96
+FRAMES = list(range(1001, 1013))
+SHAKEN = 1009  # plate and passes 8 px off for one frame, as a camera bump
+PERTURBED = {"normal": 1003, "pointmap": 1005, "albedo": 1007, "matte": 1011, "seg": 1004}
+THRESHOLD = 3.0
+
+
+def _centre(frame: int) -> tuple[float, float]:
+    x = 60.0 + 1.5 * (frame - FRAMES[0])  # steady motion, 1.5 px a frame
+    if frame == SHAKEN:
+        x += 8.0
+    return x, 48.0 + 2.0 * np.sin(frame / 3.0)
+
+
+def _frame(frame: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The plate (scene-linear RGB) and the passes of one frame."""
+    cx, cy = _centre(frame)
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    u, v = (xx - cx) / 22.0, (yy - cy) / 34.0
+    r2 = u**2 + v**2
+    matte = np.clip((1.0 - np.sqrt(r2)) * 6.0, 0.0, 1.0)  # a soft-edged ellipse
+    inside = r2 < 1.0
+    z = np.sqrt(np.clip(1.0 - r2, 0.0, 1.0))
+    normal = np.stack([u, -v, z], axis=-1) * inside[..., None]
+    normal[~inside] = (0.0, 0.0, 1.0)
+    normal /= np.linalg.norm(normal, axis=-1, keepdims=True)
+    depth = np.where(inside, 3.0 - 0.3 * z, 6.0)
+    pointmap = np.stack([(xx - W / 2) * depth / 200.0, (yy - H / 2) * depth / 200.0, depth], -1)
+    seg = np.where(inside, np.where(yy < cy, 1, 2), 0).astype(np.uint8)
+    albedo = np.where(inside[..., None], (0.6, 0.45, 0.35), (0.3, 0.3, 0.3)).astype(np.float32)
+    background = 0.18 + 0.05 * np.sin(xx / 25.0) * np.cos(yy / 31.0)
+    skin = 0.35 + 0.08 * np.sin((xx - cx) / 9.0) * np.cos((yy - cy) / 11.0)  # moves with it
+    luma = background * (1 - matte) + skin * matte
+    plate = np.stack([luma * 1.1, luma, luma * 0.9], axis=-1).astype(np.float32)
+    passes = {"normal": normal, "pointmap": pointmap, "albedo": albedo, "matte": matte, "seg": seg}
+    return plate, passes
+
+
+def _perturb(name: str, value: np.ndarray) -> np.ndarray:
+    """What a flickering network does to one frame of a pass."""
+    if name == "normal":  # tilted up by about 27 degrees
+        tilted = value + np.array([0.0, 0.5, 0.0], dtype=np.float32)
+        return tilted / np.linalg.norm(tilted, axis=-1, keepdims=True)
+    if name == "pointmap":
+        return value * 1.15  # depth pumps by 15%
+    if name == "albedo":
+        return value * 0.7
+    if name == "matte":
+        return value * 0.6
+    return np.where(value == 1, 2, np.where(value == 2, 1, value)).astype(np.uint8)  # seg
+
+
+@pytest.fixture(scope="module")
+def synthetic_shot(tmp_path_factory: pytest.TempPathFactory) -> QcJob:
+    root = tmp_path_factory.mktemp("qc")
+    zarr = str(root / "shot.zarr")
+    create_shot_store(zarr, FRAMES, H, W, QC_PASSES, 1, {}, frames_per_shard=4)
+    uris = []
+    for index, frame in enumerate(FRAMES):
+        plate, passes = _frame(frame)
+        for name, bad in PERTURBED.items():
+            if frame == bad:
+                passes[name] = _perturb(name, passes[name])
+        uri = root / f"plate.{frame:04d}.exr"
+        write_exr(uri, plate)
+        uris.append(str(uri))
+        write_frame(zarr, index, passes)
+    return QcJob(
+        zarr=zarr,
+        frames=tuple(FRAMES),
+        plate_uris=tuple(uris),
+        plate_colorspace="lin_rec709",
+        passes=(*QC_PASSES, "pose"),
+    )
+
+
+def test_each_perturbed_frame_is_flagged_for_its_pass_and_no_other_frame(synthetic_shot):
+    flicker = shot_flicker(synthetic_shot)
+
+    assert set(flicker) == set(QC_PASSES)  # pose is not a dense pass
+    for name in QC_PASSES:
+        assert set(flicker[name]) == set(FRAMES)
+    assert flagged_frames(flicker, THRESHOLD) == {name: [f] for name, f in PERTURBED.items()}
+    for name, frame in PERTURBED.items():
+        others = [s for f, s in flicker[name].items() if f != frame]
+        assert flicker[name][frame] > 2 * max(others), (name, flicker[name])
+    shaken = {name: flicker[name][SHAKEN] for name in QC_PASSES}
+    assert max(shaken.values()) < THRESHOLD, shaken  # honest motion, however sudden
+
+
+def test_scores_localise_a_spike_at_either_end_of_the_shot():
+    frames = [1, 2, 3, 4, 5, 6]
+    plate = {(a, b): 0.01 for a in frames for b in frames if a < b}
+
+    def change(bad: int) -> dict[tuple[int, int], float]:
+        return {pair: (0.3 if bad in pair else 0.01) for pair in plate}
+
+    for bad in (1, 3, 6):
+        result = scores(frames, change(bad), plate)
+        assert [f for f, s in result.items() if s > THRESHOLD] == [bad], result
+    steady = scores(frames, {p: 0.01 for p in plate}, plate)
+    assert set(steady.values()) == {1.0}
+
+
+def test_a_plate_change_explains_a_pass_change():
+    frames = [1, 2, 3, 4, 5]
+    plate = {(a, b): (0.2 if 3 in (a, b) else 0.01) for a in frames for b in frames if a < b}
+    passes = {pair: (0.2 if 3 in pair else 0.01) for pair in plate}  # a flash: both change
+    assert max(scores(frames, passes, plate).values()) < THRESHOLD
+
+
+def test_short_shots_and_shots_without_dense_passes_have_no_scores(synthetic_shot):
+    from dataclasses import replace
+
+    assert shot_flicker(replace(synthetic_shot, frames=(1001, 1002))) == {}
+    assert shot_flicker(replace(synthetic_shot, passes=("pose",))) == {}
+
+
+# -- through the catalog, the API, the jobs and the page (SQLite and PostgreSQL) -------------
+def test_scores_recorded_beside_outputs_listed_flagged_and_drawn(filled: Filled) -> None:
+    spec = filled.specs[A]
+    job = filled.jobs[A]
+    done = [1001, 1003, 1004, 1005, 1006, 1008]  # 1002 and 1007 failed in the fixture
+    flicker = {"normal": {f: 1.0 for f in done}, "seg": {f: 0.9 for f in done}}
+    flicker["normal"][1005] = 7.5
+    uris = {f: (exr_uri(spec, f),) for f in done}
+    filled.catalog.record_flicker(job, flicker, uris)
+
+    outputs = queries.shot_outputs(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)
+    scored = {(o["pass_name"], o["frame"]): o["flicker"] for o in outputs}
+    assert scored[("normal", 1005)] == 7.5 and scored[("seg", 1005)] == 0.9
+
+    qc = filled.client.get(f"/api/shots/{A}/qc").json()
+    assert qc["threshold"] == 3.0
+    assert qc["flagged"] == [{"pass_name": "normal", "frame": 1005, "flicker": 7.5}]
+    normal = {s["frame"]: s for s in qc["passes"]["normal"]}
+    assert sorted(normal) == done and normal[1005]["flagged"]
+    assert normal[1005]["preview_id"] is not None
+    lower = filled.client.get(f"/api/shots/{A}/qc", params={"threshold": 0.95}).json()
+    assert {(f["pass_name"], f["frame"]) for f in lower["flagged"]} == {("normal", f) for f in done}
+    assert filled.client.get(f"/api/shots/{A}/qc", params={"threshold": 0}).status_code == 422
+    assert filled.client.get("/api/shots/demo/sq010/nope/qc").status_code == 404
+
+    job_view = filled.client.get(f"/api/jobs/{job}").json()
+    assert job_view["flagged_frames"] == [{"pass_name": "normal", "frame": 1005, "flicker": 7.5}]
+    rows = queries.jobs(filled.catalog.engine, job_id=job, flicker_threshold=0.95)
+    assert len(rows[0]["flagged_frames"]) == len(done)
+
+    page = filled.client.get(f"/shots/{A}").text
+    charts = re.findall(r'<section class="qc" id="qc-(\w+)">(.*?)</section>', page, re.S)
+    assert [name for name, _ in charts] == ["normal", "seg"]
+    normal_chart = dict(charts)["normal"]
+    assert "<svg" in normal_chart and "<polyline" in normal_chart
+    assert re.findall(r'class="flagged" data-frame="(\d+)"', normal_chart) == ["1005"]
+    link = f'<a href="/files/outputs/{normal[1005]["preview_id"]}"><circle class="flagged"'
+    assert link in normal_chart
+    assert 'class="flagged"' not in dict(charts)["seg"]
+    assert filled.client.get(f"/files/outputs/{normal[1005]['preview_id']}").status_code == 200
+
+
+def test_a_remade_output_loses_its_score_until_scored_again(filled: Filled) -> None:
+    from tests.catalog_fixtures import make_chunk
+
+    spec = filled.specs[A]
+    job = filled.jobs[A]
+    filled.catalog.record_flicker(job, {"normal": {1001: 9.0}}, {1001: (exr_uri(spec, 1001),)})
+    filled.catalog.record_chunk(job, make_chunk(spec, [1001], output_sha_salt="remade"))
+    outputs = queries.shot_outputs(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)
+    assert {o["flicker"] for o in outputs if o["frame"] == 1001} == {None}
+
+
+def test_the_page_says_when_there_are_no_scores(filled: Filled) -> None:
+    page = filled.client.get(f"/shots/{A}").text
+    assert "No flicker scores yet" in page
