@@ -1,0 +1,436 @@
+"""The shot's Nuke script (`<name>.nk` beside the EXRs): every layer of the passes asked for,
+read with the right frame range and colour handling, shuffled out under its name, with a
+Cryptomatte node on the body-part layer, grouped on backdrops. Open it and the passes are
+there; nothing needs wiring by hand.
+
+Choices, and why:
+
+- Reads: the EXR sequence is read twice at most. Data layers (N, P, depth, matte, seg and the
+  Cryptomatte ranks) come through a Read with ``raw true``: no colour transform may touch
+  them. Albedo is colour, scene-linear in the working space the chunk worker converted it to
+  (`tasks.colour.ColourConversion.working_space`), so it gets its own Read of the same files
+  with that space as ``colorspace``: one Read cannot be both raw and colour-managed.
+  ``on_error checkerboard``: a frame that failed (or a hole in the range) shows as a
+  checkerboard instead of stopping the comp or passing for black data.
+- Shuffles: the legacy ``Shuffle`` class (knobs ``in``, ``out``, ``red``/``green``/``blue``/
+  ``alpha``), not Nuke 12.1's ``Shuffle2``. Nuke keeps loading the legacy class for old
+  scripts, and its knobs name input positions (``red`` = the layer's first channel) as they
+  have since long before 12.1 (e.g. Psyop/Cryptomatte nuke/Cryptomatte.gizmo). Shuffle2 saves
+  its routing as a ``mappings`` string of per-channel indices that Foundry does not document;
+  a wrong index would route the wrong channel without an error. A one-channel layer (depth,
+  matte, seg) goes to all of rgba so it is visible; a three-channel layer to rgb, alpha black.
+- Cryptomatte: Nuke's native node (Nuke 13+), knob ``cryptoLayer``: the native plug-in maps it
+  to its ``lastSelectedCryptoLayerName`` and selects that layer (Foundry NDK example
+  CryptomattePlugin.cpp, ``addObsoleteKnobs``); the Psyop gizmo, under the same class name,
+  reads ``cryptoLayer`` and ``cryptoLayerLock`` directly (nuke/Cryptomatte.gizmo).
+- Not yet opened in Nuke itself: that a one-channel layer is the Shuffle's first position, and
+  that the albedo Read's ``colorspace`` reaches the ``albedo`` layer (Nuke may apply a Read's
+  transform to rgba only; then albedo arrives as written, in its working space) are to check.
+- Paths are written as the layout gives them, local or ``s3://``; Nuke cannot read S3, so an
+  S3 script says so on its Read backdrop (sync or mount the files, then repath).
+- Layers come from the EXR writer itself (`storage.exr_writer._part_channels` on a 1x1 frame),
+  so the script follows the file if a part's channels change.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storage.exr_writer import CRYPTO_LAYER, PART_ORDER, PASS_OF_PART, _part_channels
+from storage.nuke_script import (
+    KnobValue,
+    NukeNode,
+    NukeScript,
+    quote,
+    render,
+    tcl_literal,
+    write_nuke_script,
+)
+from storage.uri import is_remote
+from tasks.layout import ShotLayout
+
+# The EXR writer tags the albedo part colorInteropID "lin_ap1_scene" unless told otherwise:
+# ACEScg, by its name in the ACES OCIO configs (and Nuke's own fn-nuke_cg config).
+DEFAULT_ALBEDO_COLORSPACE = "ACEScg"
+NON_EXR_PASSES = frozenset({"pose"})
+ON_ERROR = "checkerboard"
+
+# Node Graph layout, in Nuke DAG units (y grows downwards). Footprints are generous: a node
+# tile is about 80x18, a Read with its postage stamp about 80x80.
+NODE_SIZE = (80, 30)
+READ_SIZE = (80, 110)
+COLUMN = 140  # from one node to the next in a group
+GROUP_GAP = 60  # between two group backdrops
+READ_ROW_Y = 0
+LAYER_ROW_Y = 360
+PAD = 40  # backdrop margin around its nodes
+TITLE_LINE = 28  # backdrop label height per line (note_font_size 20)
+CHAR_WIDTH = 11  # about half an em at note_font_size 20: a backdrop is as wide as its label
+FONT_SIZE = 20
+_NUKE_CHANNEL = {"r": "red", "g": "green", "b": "blue", "a": "alpha"}
+_NUKE_CHANNEL.update({name: name for name in _NUKE_CHANNEL.values()})
+_COLOURS = {  # backdrop tile colours (0xRRGGBBAA)
+    "read": "0x444444ff",
+    "normal": "0x4c5a78ff",
+    "pointmap": "0x4c7068ff",
+    "albedo": "0x7a6a4cff",
+    "matte": "0x5c5c5cff",
+    "seg": "0x6e4c70ff",
+}
+_PASS_NOTES = {
+    "normal": "camera-space unit normals",
+    "pointmap": "camera-space position (m); depth.Z = P.z",
+    "matte": "person alpha",
+    "seg": "body parts: Cryptomatte + class index",
+}
+
+
+@dataclass(frozen=True)
+class ExrLayer:
+    """One Nuke layer of the shot's EXR: the part and pass it comes from, its channels."""
+
+    part: str
+    pass_name: str
+    layer: str
+    channels: tuple[str, ...]  # Nuke channel names: x y z, red green blue, alpha, Z, id
+
+
+def exr_layers(passes: Sequence[str]) -> tuple[ExrLayer, ...]:
+    """The Nuke layers the EXR holds for `passes`, in part order (Cryptomatte ranks left out:
+    the Cryptomatte node reads those). Raises ValueError for a pass the platform lacks."""
+    known = set(PASS_OF_PART.values()) | NON_EXR_PASSES
+    unknown = sorted(set(passes) - known)
+    if unknown:
+        raise ValueError(f"unknown passes {unknown}; known passes are {sorted(known)}")
+    layers: list[ExrLayer] = []
+    for part in PART_ORDER:
+        if part == CRYPTO_LAYER or PASS_OF_PART[part] not in passes:
+            continue
+        for layer, channels in _part_layers(part):
+            layers.append(ExrLayer(part, PASS_OF_PART[part], layer, channels))
+    return tuple(layers)
+
+
+def build_shot_script(
+    layout: ShotLayout,
+    frames: Sequence[int],
+    passes: Sequence[str],
+    *,
+    image_size: tuple[int, int],
+    data_window: tuple[int, int, int, int] | None = None,
+    pixel_aspect: float = 1.0,
+    fps: float = 24.0,
+    albedo_colorspace: str | None = None,
+) -> NukeScript:
+    """The Nuke script for one shot's EXR sequence (what `FinalizeJob` holds).
+
+    `frames` are the frames with outputs (first/last = min/max; holes read as checkerboard),
+    `image_size` (width, height) of the data window, `albedo_colorspace` the OCIO name of the
+    working space albedo was written in (`ColourConversion.working_space`; default ACEScg).
+    Raises ValueError when no pass is in the EXR or the inputs disagree.
+    """
+    where = layout.nuke_script
+    if not frames:
+        raise ValueError(f"{where}: no frames with outputs, nothing for Nuke to read")
+    width, height = _checked_size(where, image_size, data_window, pixel_aspect, fps)
+    layers = exr_layers(passes)
+    crypto = PASS_OF_PART[CRYPTO_LAYER] in passes
+    if not layers:
+        raise ValueError(f"{where}: passes {list(passes)} put nothing in the EXR")
+    first, last = min(frames), max(frames)
+    colorspace = albedo_colorspace or DEFAULT_ALBEDO_COLORSPACE
+    fmt = _format(width, height, pixel_aspect)
+
+    groups = _groups(layers, crypto)
+    labels = {name: _group_label(name, colorspace) for name, _ in groups}
+    positions = _positions(groups, {name: _label_width(label) for name, label in labels.items()})
+    reads = _reads(layout, groups, positions, first, last, fmt, colorspace)
+    by_layer = {f"Shuffle_{layer.layer}": layer for layer in layers}
+    layer_nodes: list[NukeNode] = []
+    for pass_name, names in groups:
+        source = "Read_albedo" if pass_name == "albedo" else "Read_data"
+        for name in names:
+            if name == _CRYPTO_NODE:
+                layer_nodes.append(_cryptomatte(positions[name], source))
+            else:
+                layer_nodes.append(_shuffle(name, by_layer[name], positions[name], source))
+
+    read_boxes = [((_x(read), _y(read)), READ_SIZE) for read in reads]
+    backdrops = [_backdrop("Backdrop_read", _reads_label(layout, frames), "read", read_boxes)]
+    for pass_name, names in groups:
+        boxes = [(positions[name], NODE_SIZE) for name in names]
+        backdrops.append(_backdrop(f"Backdrop_{pass_name}", labels[pass_name], pass_name, boxes))
+
+    root: dict[str, KnobValue] = {
+        "frame": first,
+        "first_frame": first,
+        "last_frame": last,
+        "lock_range": True,
+        "fps": float(fps),
+        "format": fmt,
+    }
+    comments = (
+        f"Sapiens2 passes of {layout.name}, frames {first}-{last}: written by sapiens-vfx.",
+        "For Nuke 13 or later" + (" (its native Cryptomatte node)." if crypto else "."),
+    )
+    # Backdrops first (Nuke draws them under the nodes; they take nothing from the stack),
+    # then each Read followed by the nodes it feeds.
+    nodes: list[NukeNode] = list(backdrops)
+    for read in reads:
+        nodes.append(read)
+        nodes.extend(node for node in layer_nodes if node.inputs == (read.name,))
+    return NukeScript(root=root, nodes=tuple(nodes), comments=comments)
+
+
+def write_shot_nuke_script(
+    layout: ShotLayout,
+    frames: Sequence[int],
+    passes: Sequence[str],
+    *,
+    image_size: tuple[int, int],
+    data_window: tuple[int, int, int, int] | None = None,
+    pixel_aspect: float = 1.0,
+    fps: float = 24.0,
+    albedo_colorspace: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> str | None:
+    """Write `layout.nuke_script` atomically (local or object store); returns its URI, or
+    None when the passes put nothing in the EXR (pose only): there is nothing to read.
+    Raises ValueError on inconsistent inputs, StorageError when the file cannot be written."""
+    if not exr_layers(passes):
+        return None
+    script = build_shot_script(
+        layout,
+        frames,
+        passes,
+        image_size=image_size,
+        data_window=data_window,
+        pixel_aspect=pixel_aspect,
+        fps=fps,
+        albedo_colorspace=albedo_colorspace,
+    )
+    return write_nuke_script(layout.nuke_script, render(script), storage_options)
+
+
+# -- nodes ---------------------------------------------------------------------------------
+_CRYPTO_NODE = "Cryptomatte_BodyPart"
+
+
+def _reads(
+    layout: ShotLayout,
+    groups: Sequence[tuple[str, Sequence[str]]],
+    positions: dict[str, tuple[int, int]],
+    first: int,
+    last: int,
+    fmt: str,
+    colorspace: str,
+) -> list[NukeNode]:
+    """Read_data (raw) above the first data group, Read_albedo above the albedo Shuffle."""
+    data = [names[0] for pass_name, names in groups if pass_name != "albedo"]
+    albedo = [names[0] for pass_name, names in groups if pass_name == "albedo"]
+    reads: list[NukeNode] = []
+    data_x = positions[data[0]][0] if data else None
+    if data_x is not None:
+        label = "data passes: raw (no colour transform)"
+        reads.append(_read("Read_data", layout, first, last, fmt, data_x, raw=True, label=label))
+    if albedo:
+        x = positions[albedo[0]][0]
+        if data_x is not None and abs(x - data_x) < COLUMN:
+            x = data_x + COLUMN
+        label = f"albedo: scene-linear {colorspace}"
+        reads.append(
+            _read(
+                "Read_albedo",
+                layout,
+                first,
+                last,
+                fmt,
+                x,
+                raw=False,
+                label=label,
+                colorspace=colorspace,
+            )
+        )
+    return reads
+
+
+def _read(
+    name: str,
+    layout: ShotLayout,
+    first: int,
+    last: int,
+    fmt: str,
+    x: int,
+    *,
+    raw: bool,
+    label: str,
+    colorspace: str | None = None,
+) -> NukeNode:
+    knobs: dict[str, KnobValue] = {
+        "file_type": "exr",
+        "file": tcl_literal(layout.exr_pattern),
+        "format": fmt,
+        "first": first,
+        "last": last,
+        "origfirst": first,
+        "origlast": last,
+        "origset": True,
+        "on_error": ON_ERROR,
+        "raw": raw,
+    }
+    if colorspace is not None:
+        knobs["colorspace"] = colorspace
+    knobs.update(label=tcl_literal(label), xpos=x, ypos=READ_ROW_Y)
+    return NukeNode("Read", name, knobs)
+
+
+def _shuffle(name: str, layer: ExrLayer, position: tuple[int, int], source: str) -> NukeNode:
+    """Legacy Shuffle: `in` = the layer; red..alpha name the layer's channel positions."""
+    if len(layer.channels) == 1:
+        routing = {"red": "red", "green": "red", "blue": "red", "alpha": "red"}
+        target = "rgba"
+    else:
+        routing = {"red": "red", "green": "green", "blue": "blue", "alpha": "black"}
+        target = "rgb"
+    channels = " ".join(f"{layer.layer}.{channel}" for channel in layer.channels)
+    knobs: dict[str, KnobValue] = {"in": layer.layer, "out": "rgba", **routing}
+    knobs.update(label=tcl_literal(f"{channels} -> {target}"), xpos=position[0], ypos=position[1])
+    return NukeNode("Shuffle", name, knobs, inputs=(source,))
+
+
+def _cryptomatte(position: tuple[int, int], source: str) -> NukeNode:
+    knobs: dict[str, KnobValue] = {
+        "cryptoLayer": CRYPTO_LAYER,
+        "cryptoLayerLock": True,
+        "label": tcl_literal(f"{CRYPTO_LAYER}: pick body parts"),
+        "xpos": position[0],
+        "ypos": position[1],
+    }
+    return NukeNode("Cryptomatte", _CRYPTO_NODE, knobs, inputs=(source,))
+
+
+def _backdrop(
+    name: str, label: str, colour: str, boxes: Sequence[tuple[tuple[int, int], tuple[int, int]]]
+) -> NukeNode:
+    """A backdrop enclosing `boxes` ((x, y), (w, h)) with room for its label on top."""
+    title = TITLE_LINE * (label.count("\n") + 1)
+    left = min(x for (x, _), _ in boxes) - PAD
+    top = min(y for (_, y), _ in boxes) - PAD - title
+    right = max(max(x + w for (x, _), (w, _) in boxes) + PAD, left + _label_width(label))
+    bottom = max(y + h for (_, y), (_, h) in boxes) + PAD
+    knobs: dict[str, KnobValue] = {
+        "tile_color": _COLOURS[colour],
+        "label": tcl_literal(label),
+        "note_font_size": FONT_SIZE,
+        "xpos": left,
+        "ypos": top,
+        "bdwidth": right - left,
+        "bdheight": bottom - top,
+    }
+    return NukeNode("BackdropNode", name, knobs, inputs=())
+
+
+# -- layout and helpers ----------------------------------------------------------------------
+def _groups(layers: Sequence[ExrLayer], crypto: bool) -> list[tuple[str, list[str]]]:
+    """Node names per pass, in part order; the Cryptomatte node joins the seg group."""
+    groups: dict[str, list[str]] = {}
+    for layer in layers:
+        groups.setdefault(layer.pass_name, []).append(f"Shuffle_{layer.layer}")
+    if crypto:
+        groups.setdefault(PASS_OF_PART[CRYPTO_LAYER], []).insert(0, _CRYPTO_NODE)
+    order = list(dict.fromkeys(PASS_OF_PART[part] for part in PART_ORDER))
+    return [(name, groups[name]) for name in order if name in groups]
+
+
+def _positions(
+    groups: Sequence[tuple[str, Sequence[str]]], label_widths: dict[str, int]
+) -> dict[str, tuple[int, int]]:
+    """One row of groups, each as wide as its nodes or its backdrop label, whichever is more."""
+    positions: dict[str, tuple[int, int]] = {}
+    left = -PAD  # backdrop edge of the group being placed
+    for group, names in groups:
+        for index, name in enumerate(names):
+            positions[name] = (left + PAD + index * COLUMN, LAYER_ROW_Y)
+        nodes = (len(names) - 1) * COLUMN + NODE_SIZE[0] + 2 * PAD
+        left += max(nodes, label_widths[group]) + GROUP_GAP
+    return positions
+
+
+def _group_label(pass_name: str, colorspace: str) -> str:
+    note = f"scene-linear {colorspace}" if pass_name == "albedo" else _PASS_NOTES[pass_name]
+    return f"{pass_name}\n{note}"
+
+
+def _label_width(label: str) -> int:
+    return max(len(line) for line in label.split("\n")) * CHAR_WIDTH + PAD
+
+
+def _reads_label(layout: ShotLayout, frames: Sequence[int]) -> str:
+    first, last = min(frames), max(frames)
+    lines = [layout.name, f"Sapiens2 passes, frames {first}-{last}"]
+    present, span = len(set(frames)), last - first + 1
+    if present < span:
+        lines.append(f"{span - present} of {span} frames missing: they read as checkerboard")
+    if is_remote(layout.exr_pattern):
+        lines.append("S3 paths: Nuke cannot read s3:// - sync or mount the files, then repath")
+    return "\n".join(lines)
+
+
+def _checked_size(
+    where: str,
+    image_size: tuple[int, int],
+    data_window: tuple[int, int, int, int] | None,
+    pixel_aspect: float,
+    fps: float,
+) -> tuple[int, int]:
+    width, height = (int(v) for v in image_size)
+    if width <= 0 or height <= 0:
+        raise ValueError(f"{where}: image size {image_size} is not a picture")
+    if data_window is not None:
+        xmin, ymin, xmax, ymax = data_window
+        if (xmax - xmin + 1, ymax - ymin + 1) != (width, height):
+            raise ValueError(
+                f"{where}: image size {image_size} is not the size of data window {data_window}"
+            )
+    if not pixel_aspect > 0 or not fps > 0:  # also refuses NaN
+        raise ValueError(f"{where}: pixel aspect {pixel_aspect} and fps {fps} must be positive")
+    return width, height
+
+
+def _format(width: int, height: int, pixel_aspect: float) -> str:
+    """Nuke's format string "w h x y r t pixel_aspect name"; the name says the size."""
+    aspect = quote(float(pixel_aspect))
+    name = f"sapiens2_{width}x{height}"
+    if aspect != "1":
+        name += "_pa" + aspect.replace(".", "p").replace("-", "m")
+    return f"{width} {height} 0 0 {width} {height} {aspect} {name}"
+
+
+def _x(node: NukeNode) -> int:
+    return int(node.knob("xpos"))
+
+
+def _y(node: NukeNode) -> int:
+    return int(node.knob("ypos"))
+
+
+@functools.cache
+def _part_layers(part: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(layer, Nuke channels) of an EXR part, asked of the writer with a 1x1 frame."""
+    shape = {"N": (1, 1, 3), "P": (1, 1, 3), "albedo": (1, 1, 3), "matte": (1, 1)}
+    source = np.zeros(shape.get(part, (1, 1, 1)), np.float32)
+    names = _part_channels(part, source, (1, 1), ("Background",), 1)
+    layers: dict[str, list[str]] = {}
+    for channel in names:
+        layer, _, last = channel.rpartition(".")
+        # Nuke's EXR reader (ExrChannelNameToNuke): layer = the name before the last period,
+        # non-alphanumerics as "_"; R/G/B/A become red/green/blue/alpha.
+        layer = re.sub(r"[^A-Za-z0-9]", "_", layer)
+        layers.setdefault(layer, []).append(_NUKE_CHANNEL.get(last.lower(), last))
+    return tuple((layer, tuple(channels)) for layer, channels in layers.items())
