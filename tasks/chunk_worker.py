@@ -417,6 +417,7 @@ class _ChunkRunner:
                     class_names=SEG_CLASSES,
                     storage_options=options,
                     seg_labels=labels,
+                    albedo_interop_id=self.colour.albedo_interop_id,
                 )
             written.append(exr.uri)
             for part in (p for p in PART_ORDER if PASS_OF_PART[p] in passes):

@@ -164,6 +164,14 @@ class ColourConversion:
             ),
         )
 
+    @property
+    def albedo_interop_id(self) -> str:
+        """The EXR ``colorInteropID`` of the space albedo is returned in (``lin_rec709_scene``
+        for an sRGB or Rec.709 plate, ``lin_ap1_scene`` for ACEScg); "unknown" when the
+        config gives none."""
+        space = _load_config(self.config_uri).config.getColorSpace(self.working_space)
+        return (_interop_id(space) if space is not None else "") or "unknown"
+
     def to_model_encoding(self, pixels: np.ndarray, *, inplace: bool = False) -> np.ndarray:
         """Plate pixels (H, W, 3|4) -> sRGB-encoded values in [0, 1]; alpha passes through."""
         processor = _processor(self.config_uri, self.plate_space, MODEL_ENCODING, self.mode)

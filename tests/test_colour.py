@@ -126,6 +126,10 @@ def test_plate_space_decides_the_albedo_working_space() -> None:
         "Linear Rec.709 (sRGB)"
     )
     assert working_space_for("ARRI LogC4") == "ACEScg"
+    # the EXR tag says the same space (it was ACEScg's for every plate)
+    assert ColourConversion("srgb").albedo_interop_id == "lin_rec709_scene"
+    assert ColourConversion("logc3").albedo_interop_id == "lin_ap1_scene"
+    assert ColourConversion("aces").albedo_interop_id == "lin_ap0_scene"
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,7 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     with OpenEXR.File(str(exrs[5])) as f:
         assert [p.name() for p in f.parts] == ["N", "P", "albedo", "matte", "CryptoBodyPart", "seg"]
         assert f.parts[1].channels["depth.Z"].pixels.dtype == np.float32
+        assert f.parts[2].header["colorInteropID"] == "lin_rec709_scene"  # the plate's space
     store = open_shot_store(result["zarr"])
     assert list(store["frame"][:]) == list(range(1001, 1013))
     assert not np.isnan(store["normal"][:].astype(np.float32)).any()  # every frame written
