@@ -379,6 +379,8 @@ def _print_result(result: dict[str, Any]) -> None:
     table.add_row("Zarr", escape(result["zarr"]))
     for name, uri in result.get("extras", {}).items():
         table.add_row(name.replace("_", " "), escape(str(uri)))
+    for name, frames in result.get("flagged", {}).items():
+        table.add_row(f"flickers: {name}", ", ".join(map(str, frames)))
     console.print(table)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
         err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
@@ -414,7 +416,13 @@ def status(
     """A job's status and failed frames, or the most recent jobs."""
     from schemas.catalog import queries
 
-    rows = queries.jobs(_engine(_settings()), job_id=job, limit=limit)
+    settings = _settings()
+    rows = queries.jobs(
+        _engine(settings),
+        job_id=job,
+        limit=limit,
+        flicker_threshold=settings.qc_flicker_threshold,
+    )
     if job is not None and not rows:
         raise _fail(f"no job {job} in the catalog")
     _show_jobs(rows, as_json)
@@ -440,6 +448,19 @@ def _show_jobs(rows: list[dict[str, Any]], as_json: bool) -> None:
         for failure in row.get("failed_frames", [])[:20]:
             err.print(
                 f"job {row['id']} frame {failure['frame']}: {failure['error']}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        flagged: dict[str, list[str]] = {}
+        for frame in row.get("flagged_frames", []):
+            flagged.setdefault(frame["pass_name"], []).append(
+                f"{frame['frame']} ({frame['flicker']:.1f})"
+            )
+        for pass_name, frames in flagged.items():
+            err.print(
+                f"job {row['id']} {pass_name} flickers (temporal QC) on frames "
+                + ", ".join(frames),
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -504,7 +525,14 @@ def catalog_jobs(
     """Jobs and their failed frames."""
     from schemas.catalog import queries
 
-    rows = queries.jobs(_engine(_settings()), **_split_shot(shot), status=job_status, limit=limit)
+    settings = _settings()
+    rows = queries.jobs(
+        _engine(settings),
+        **_split_shot(shot),
+        status=job_status,
+        limit=limit,
+        flicker_threshold=settings.qc_flicker_threshold,
+    )
     _show_jobs(rows, as_json)
 
 
@@ -748,6 +776,207 @@ def scan(
     failed = report.errors or report.refused or any(r.get("status") == "failed" for r in results)
     partial = any(r.get("status") == "partial" for r in results)
     raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if partial else EXIT_OK)
+
+
+# -- cuts in ------------------------------------------------------------------------------------
+@app.command("submit-edit")
+def submit_edit(
+    cut: Annotated[str, typer.Argument(help="the cut: .otio/.otioz, CMX3600 .edl, FCP 7 .xml")],
+    show: Annotated[str, typer.Option(help="show of every shot")],
+    seq: Annotated[str, typer.Option(help="sequence of every shot")],
+    handles: Annotated[
+        int, typer.Option(min=0, help="frames added before and after each clip's source range")
+    ] = 0,
+    shot_template: Annotated[
+        str | None,
+        typer.Option(
+            help="the shot name from the clip's fields: {clip} (default), {marker} (e.g. an EDL "
+            "* LOC: name), {reel}, {index} ({index:03d}), {track}, {show}, {seq}"
+        ),
+    ] = None,
+    plates_root: Annotated[
+        str | None, typer.Option(help="find every plate here by --plate-template, not the cut's")
+    ] = None,
+    plate_template: Annotated[
+        str | None,
+        typer.Option(help="plate under --plates-root; default {shot}/plate/{shot}_plate.####.exr"),
+    ] = None,
+    rate: Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")] = 24.0,
+    passes: Annotated[str, typer.Option(help="comma-separated")] = (
+        "normal,pointmap,albedo,matte,seg,pose"
+    ),
+    model_size: Annotated[str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b")] = "auto",
+    output: Annotated[
+        str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
+    ] = None,
+    colorspace: Annotated[
+        str | None, typer.Option(help="plate colour space (default: guessed per plate)")
+    ] = None,
+    checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
+    version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
+    no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
+    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit one shot per clip of an editorial cut, one after another. Clips sharing a plate
+    submit once; a clip that cannot run is named with the reason and the others go on. Exit 0
+    all complete, 1 some partial, 2 a clip refused or a shot failed."""
+    from .edit_cuts import DEFAULT_PLATE_TEMPLATE, DEFAULT_SHOT_TEMPLATE, CutOptions
+
+    settings = _settings()
+    _interactive()
+    options = CutOptions(
+        show=show,
+        seq=seq,
+        handles=handles,
+        shot_template=shot_template or DEFAULT_SHOT_TEMPLATE,
+        plates_root=_absolute_paths({"plate": plates_root})["plate"],
+        plate_template=plate_template or DEFAULT_PLATE_TEMPLATE,
+        rate=rate,
+    )
+    shared = _absolute_paths(
+        {
+            "passes": passes,
+            "model_size": model_size,
+            "output_root": output,
+            "colorspace": colorspace,
+            "checkpoint_root": checkpoint_root,
+            "version": version,
+            "previews": not no_previews,
+            "review_clips": not no_previews,
+        }
+    )
+    plan = _cut_plan(cut, options, shared, settings)
+    if as_json and dry_run:
+        _print_json(plan.as_dict())
+    elif not as_json:
+        _show_cut(plan)
+    if dry_run:
+        raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
+    results = _run_cut(plan, settings, dask_address, as_json)
+    statuses = [r.get("status") for r in results]
+    if as_json:
+        shots = [{**s.as_dict(), "result": r} for s, r in zip(plan.shots, results, strict=True)]
+        _print_json({**plan.as_dict(), "shots": shots})
+    else:
+        _show_cut_results(plan, results)
+    failed = plan.refused or any(s not in EXIT_CODES for s in statuses)
+    raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if "partial" in statuses else EXIT_OK)
+
+
+def _cut_plan(cut: str, options: Any, shared: dict[str, Any], settings: Settings) -> Any:
+    """Read the cut and plan its shots; an unreadable cut or a bad template or shared option
+    is one line and exit 2."""
+    from storage.sequences import discover_sequence
+
+    from .edit_cuts import CutError, load_cut, plan_cut
+    from .plate_template import TemplateError
+
+    def discover(pattern: str) -> Any:
+        return discover_sequence(pattern, None, settings.storage_options_for(pattern))
+
+    try:
+        clips = load_cut(cut, options)
+    except (CutError, TemplateError) as exc:
+        raise _fail(str(exc)) from None
+    return _refusing(
+        lambda: plan_cut(
+            clips,
+            show=options.show,
+            seq=options.seq,
+            submit=shared,
+            roots=settings.roots,
+            output_root=settings.outputs,
+            discover=discover,
+            source=cut,
+        )
+    )
+
+
+def _show_cut(plan: Any) -> None:
+    """The clips -> shots -> frames -> plate table, what would be submitted, and each refused
+    clip on stderr (named, with the reason)."""
+    rows = [
+        {
+            "clip": f"{c.index} {c.name}" if c.name else f"{c.index} (no name)",
+            "record": c.record,
+            "shot": c.shot,
+            "frames": c.frames,
+            "plate": c.plate,
+            "problem": "; ".join(c.problems),
+        }
+        for c in plan.clips
+    ]
+    _table(rows, ["clip", "record", "shot", "frames", "plate", "problem"], title=plan.source)
+    shots = [{**s.as_dict(), "clips": len(s.clips)} for s in plan.shots]
+    if shots:
+        _table(shots, ["shot", "frames", "plate", "clips"], title=f"shots to submit: {len(shots)}")
+    for clip in plan.refused:
+        for problem in clip.problems:
+            err.print(
+                f"[bold red]refused:[/] {escape(clip.label)}: {escape(problem)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+def _run_cut(
+    plan: Any, settings: Settings, dask_address: str | None, as_json: bool
+) -> list[dict[str, Any]]:
+    """Run each shot here, one after another, against one Prefect API (as `svfx scan` does
+    without --queue); each has its progress bar and summary."""
+    from .orchestrator import OrchestratorError, prefect_api
+
+    results: list[dict[str, Any]] = []
+    if not plan.shots:
+        return results
+    try:
+        with prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s):
+            for shot in plan.shots:
+                if not as_json:
+                    err.print(f"[bold]{escape(shot.shot)}[/] {escape(shot.plate)} {shot.frames}")
+                spec = shot.spec.model_dump(mode="json")
+                result = _run_flow(spec, dask_address, settings, quiet=as_json)
+                results.append(result)
+                if as_json:
+                    continue
+                if result.get("job_id") is None:  # refused by the flow: a live job, ...
+                    err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
+                else:
+                    _print_result(result)
+    except OrchestratorError as exc:
+        raise _fail(str(exc)) from None
+    return results
+
+
+def _show_cut_results(plan: Any, results: list[dict[str, Any]]) -> None:
+    """One row per shot run and per clip refused."""
+    rows = [
+        {
+            "shot": shot.shot,
+            "clips": len(shot.clips),
+            "frames": shot.frames,
+            "status": result.get("status"),
+            "job": result.get("job_id"),
+            "note": result.get("error")
+            or (f"{len(result['failed'])} frames failed" if result.get("failed") else ""),
+        }
+        for shot, result in zip(plan.shots, results, strict=True)
+    ]
+    rows += [
+        {
+            "shot": c.shot or c.label,
+            "clips": 1,
+            "frames": c.frames,
+            "status": "refused",
+            "note": f"{c.label}: {'; '.join(c.problems)}",
+        }
+        for c in plan.refused
+    ]
+    _table(rows, ["shot", "clips", "frames", "status", "job", "note"], title="submit-edit")
 
 
 @app.command()

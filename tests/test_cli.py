@@ -289,6 +289,14 @@ def test_status_and_catalog_queries_after_a_shot(submitted):
     one = invoke("status", str(job_id), "--json")
     assert [j["id"] for j in as_json(one)] == [job_id]
     assert invoke("status", "999999").exit_code == 2
+    assert "flagged_frames" in as_json(one)[0]
+    with pytest.MonkeyPatch.context() as mp:  # every scored frame is above so low a threshold
+        mp.setenv("SVFX_QC_FLICKER_THRESHOLD", "0.0001")
+        flagged = invoke("status", str(job_id))
+    assert flagged.exit_code == 0, flagged.output
+    for pass_name in ("normal", "matte"):
+        line = f"job {job_id} {pass_name} flickers (temporal QC) on frames 1001 ("
+        assert line in flagged.stderr, flagged.stderr
 
     shots = invoke("catalog", "shots", "--json")
     assert shots.exit_code == 0, shots.output
