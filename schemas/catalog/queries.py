@@ -490,13 +490,9 @@ def flagged_frames(
     return found
 
 
-def flicker_scores(
-    bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
-) -> list[dict[str, Any]]:
-    """The temporal QC score of each (pass, frame) of the shot (the newest scored EXR
-    output), with the id of the frame's newest preview for a link (None without one).
-    Keys: pass_name, frame, flicker, uri, preview_id, preview_uri; by pass and frame."""
-    newest = (
+def _newest_of_pass_frame() -> Any:
+    """1 on the newest output of each (pass, frame) of a select over outputs."""
+    return (
         func.row_number()
         .over(
             partition_by=(m.Output.pass_name, m.Output.frame),
@@ -504,6 +500,15 @@ def flicker_scores(
         )
         .label("newest")
     )
+
+
+def flicker_scores(
+    bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
+) -> list[dict[str, Any]]:
+    """The temporal QC score of each (pass, frame) of the shot (the newest scored EXR
+    output), with the id of the frame's newest preview for a link (None without one).
+    Keys: pass_name, frame, flicker, uri, preview_id, preview_uri; by pass and frame."""
+    newest = _newest_of_pass_frame()
     cols = (m.Output.pass_name, m.Output.frame, m.Output.flicker, m.Output.uri, newest)
     scored = with_shot(select(*cols), m.Output.shot_id, show, sequence, shot).where(
         m.Output.kind == "exr", m.Output.flicker.is_not(None)
@@ -651,14 +656,7 @@ def preview_outputs(
 ) -> list[dict[str, Any]]:
     """Preview images of the shot's first ``frames_per_pass`` frames of each pass (the newest
     preview of each frame), ordered by pass and frame. Keys: id, pass_name, frame, uri."""
-    newest = (
-        func.row_number()
-        .over(
-            partition_by=(m.Output.pass_name, m.Output.frame),
-            order_by=(m.Output.created_at.desc(), m.Output.id.desc()),
-        )
-        .label("newest")
-    )
+    newest = _newest_of_pass_frame()
     previews = with_shot(
         select(m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest),
         m.Output.shot_id,
