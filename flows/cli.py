@@ -413,7 +413,8 @@ def status(
     limit: int = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """A job's status and failed frames, or the most recent jobs."""
+    """A job's status, its failed frames and the frames temporal QC flags, or the most recent
+    jobs."""
     from schemas.catalog import queries
 
     settings = _settings()
