@@ -154,6 +154,9 @@ def test_a_shot_with_plate_and_outputs_on_s3(
     for row in rows:
         if row["kind"] != "zarr":
             by_uri.setdefault(row["uri"], set()).add(row["sha256"])
+    assert result.extras["nuke_script"] == f"{root}/{name}.nk"
+    scored = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")  # plate on S3 too
+    assert {s["frame"] for s in scored} == set(frames)
     kinds = {row["kind"] for row in rows}
     assert {"exr", "zarr", "preview", "pose_json"} <= kinds
     assert all(row["uri"].startswith(f"{root}/") for row in rows)
@@ -167,7 +170,7 @@ def test_a_shot_with_plate_and_outputs_on_s3(
     layout = {key.removeprefix(prefix) for key in keys}
     expected = {f"{name}.{f}.exr" for f in frames}
     expected |= {f".pose_frames/pose.{f}.json" for f in frames}
-    expected |= {f"{name}_pose.json"}
+    expected |= {f"{name}_pose.json", f"{name}.nk"}
     for pass_name in PASSES:
         expected |= {f"previews/{pass_name}/{name}_{pass_name}.{f}.jpg" for f in frames}
         expected |= {f"previews/{name}_{pass_name}_contact.jpg", f"review/{name}_{pass_name}.mp4"}
