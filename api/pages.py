@@ -93,8 +93,9 @@ def shot_page(
         sheets[name] = uri is not None and image_exists(ctx.settings, uri)
     qc = views.qc_report(engine, show, sequence, shot, threshold)
     for scores in qc["passes"].values():
-        for score in scores:  # a link only where /files would serve the preview
-            if score["preview_uri"] is None or not servable(ctx.settings, score["preview_uri"]):
+        for score in scores:  # only flagged frames link, and only where /files would serve
+            uri = score["preview_uri"] if score["flagged"] else None
+            if uri is None or not servable(ctx.settings, uri):
                 score["preview_id"] = None
     context = {
         "d": detail,

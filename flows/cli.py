@@ -364,6 +364,33 @@ def _run_flow(
             raise _fail(str(exc)) from None
 
 
+def _run_here(
+    spec: dict[str, Any], address: str | None, settings: Settings, as_json: bool
+) -> dict[str, Any]:
+    """One shot of a scan or a cut, run in this process: its name, progress bar and summary
+    (or why the flow refused it); returns the flow's result."""
+    if not as_json:
+        shot = f"{spec['show']}/{spec['sequence']}/{spec['shot']}"
+        frames = f" {spec['frames']}" if spec.get("frames") else ""
+        err.print(f"[bold]{escape(shot)}[/] {escape(spec['plate'])}{frames}")
+    result = _run_flow(spec, address, settings, quiet=as_json)
+    if not as_json:
+        if result.get("job_id") is None:  # refused by the flow: a live job, ...
+            err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
+        else:
+            _print_result(result)
+    return result
+
+
+def _exit_code(refused: bool, results: list[dict[str, Any]]) -> int:
+    """2 when anything was refused or a shot did not end complete or partial, else 1 when a
+    shot is partial, else 0 (the README's codes, for commands that run several shots)."""
+    statuses = [r.get("status") for r in results]
+    if refused or any(s not in EXIT_CODES for s in statuses):
+        return EXIT_FAILED
+    return EXIT_PARTIAL if "partial" in statuses else EXIT_OK
+
+
 def _print_result(result: dict[str, Any]) -> None:
     colour = {"complete": "green", "partial": "yellow"}.get(result["status"], "red")
     table = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
@@ -415,18 +442,20 @@ def status(
 ) -> None:
     """A job's status, its failed frames and the frames temporal QC flags, or the most recent
     jobs."""
-    from schemas.catalog import queries
 
-    settings = _settings()
-    rows = queries.jobs(
-        _engine(settings),
-        job_id=job,
-        limit=limit,
-        flicker_threshold=settings.qc_flicker_threshold,
-    )
+    rows = _jobs(job_id=job, limit=limit)
     if job is not None and not rows:
         raise _fail(f"no job {job} in the catalog")
     _show_jobs(rows, as_json)
+
+
+def _jobs(**filters: Any) -> list[dict[str, Any]]:
+    """``queries.jobs`` with the frames temporal QC flags at the configured threshold."""
+    from schemas.catalog import queries
+
+    settings = _settings()
+    threshold = settings.qc_flicker_threshold
+    return list(queries.jobs(_engine(settings), **filters, flicker_threshold=threshold))
 
 
 def _show_jobs(rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -524,16 +553,8 @@ def catalog_jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """Jobs and their failed frames."""
-    from schemas.catalog import queries
 
-    settings = _settings()
-    rows = queries.jobs(
-        _engine(settings),
-        **_split_shot(shot),
-        status=job_status,
-        limit=limit,
-        flicker_threshold=settings.qc_flicker_threshold,
-    )
+    rows = _jobs(**_split_shot(shot), status=job_status, limit=limit)
     _show_jobs(rows, as_json)
 
 
@@ -728,14 +749,7 @@ def scan(
     )
 
     def run_with_progress(spec: dict[str, Any], address: str | None) -> dict[str, Any]:
-        err.print(f"[bold]{spec['show']}/{spec['sequence']}/{spec['shot']}[/] {spec['plate']}")
-        result = _run_flow(spec, address, settings, quiet=as_json)
-        if not as_json:
-            if result.get("job_id") is None:
-                err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
-            else:
-                _print_result(result)
-        return result
+        return _run_here(spec, address, settings, as_json)
 
     submitter: Any = (
         DeploymentSubmitter()
@@ -774,9 +788,7 @@ def scan(
         for error in report.errors:
             err.print(f"[bold red]error:[/] {escape(error)}", highlight=False, soft_wrap=True)
     results = getattr(submitter, "results", [])
-    failed = report.errors or report.refused or any(r.get("status") == "failed" for r in results)
-    partial = any(r.get("status") == "partial" for r in results)
-    raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if partial else EXIT_OK)
+    raise typer.Exit(_exit_code(bool(report.errors or report.refused), results))
 
 
 # -- cuts in ------------------------------------------------------------------------------------
@@ -858,14 +870,12 @@ def submit_edit(
     if dry_run:
         raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
     results = _run_cut(plan, settings, dask_address, as_json)
-    statuses = [r.get("status") for r in results]
     if as_json:
         shots = [{**s.as_dict(), "result": r} for s, r in zip(plan.shots, results, strict=True)]
         _print_json({**plan.as_dict(), "shots": shots})
     else:
         _show_cut_results(plan, results)
-    failed = plan.refused or any(s not in EXIT_CODES for s in statuses)
-    raise typer.Exit(EXIT_FAILED if failed else EXIT_PARTIAL if "partial" in statuses else EXIT_OK)
+    raise typer.Exit(_exit_code(bool(plan.refused), results))
 
 
 def _cut_plan(cut: str, options: Any, shared: dict[str, Any], settings: Settings) -> Any:
@@ -937,17 +947,8 @@ def _run_cut(
     try:
         with prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s):
             for shot in plan.shots:
-                if not as_json:
-                    err.print(f"[bold]{escape(shot.shot)}[/] {escape(shot.plate)} {shot.frames}")
                 spec = shot.spec.model_dump(mode="json")
-                result = _run_flow(spec, dask_address, settings, quiet=as_json)
-                results.append(result)
-                if as_json:
-                    continue
-                if result.get("job_id") is None:  # refused by the flow: a live job, ...
-                    err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
-                else:
-                    _print_result(result)
+                results.append(_run_here(spec, dask_address, settings, as_json))
     except OrchestratorError as exc:
         raise _fail(str(exc)) from None
     return results

@@ -51,7 +51,7 @@ import fileseq
 import opentimelineio as otio
 
 from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
-from storage.errors import SequenceError
+from storage.errors import SequenceError, StorageError
 from storage.sequences import IMAGE_EXTENSIONS, PlateSequence, discover_sequence
 
 from .plate_template import TemplateError
@@ -541,6 +541,8 @@ def frames_missing(clips: list[CutClip], discover: Discover) -> dict[int, str]:
                 found[clip.plate] = discover(clip.plate)
             except SequenceError as exc:
                 found[clip.plate] = f"plate not found: {exc}"
+            except StorageError as exc:  # a listing that failed (a store away): this plate only
+                found[clip.plate] = f"plate could not be listed: {exc}"
         sequence = found[clip.plate]
         if isinstance(sequence, str):
             refused[clip.index] = sequence

@@ -25,7 +25,7 @@ share that scale), so a static plate does not turn noise into a score.
 What it cannot do: pixels are compared where they are, without following the motion, so a
 pass that varies fast across the body (normals) changes a lot with motion alone, and in a
 shot with fast action a normal flicker must be larger to stand out (on the synthetic shot of
-tests/test_temporal_qc.py, moving 1.5 proxy pixels a frame: a 27 degree tilt of one frame
+bench/temporal_qc.py, moving 1.5 proxy pixels a frame: a 27 degree tilt of one frame
 scores 4.5, a 17 degree one 2.9).
 
 Change metrics, all near a 0-1 scale: normal, half the chord between unit vectors; pointmap,

@@ -9,96 +9,24 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
+from bench.temporal_qc import FRAMES, PERTURBED, SHAKEN, THRESHOLD, write_synthetic_shot
 from schemas.catalog import queries
-from storage.zarr_store import create_shot_store, write_frame
 from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, scores, shot_flicker
 from tests import api_fixtures, catalog_fixtures
 from tests.api_fixtures import A, Filled
 from tests.catalog_fixtures import exr_uri
-from tests.plates import write_exr
 
 catalog_url = catalog_fixtures.catalog_url
 catalog = catalog_fixtures.catalog
 pg_database_url = catalog_fixtures.pg_database_url
 filled = api_fixtures.filled
 
-W, H = 160, 96
-FRAMES = list(range(1001, 1013))
-SHAKEN = 1009  # plate and passes 8 px off for one frame, as a camera bump
-PERTURBED = {"normal": 1003, "pointmap": 1005, "albedo": 1007, "matte": 1011, "seg": 1004}
-THRESHOLD = 3.0
-
-
-def _centre(frame: int) -> tuple[float, float]:
-    x = 60.0 + 1.5 * (frame - FRAMES[0])  # steady motion, 1.5 px a frame
-    if frame == SHAKEN:
-        x += 8.0
-    return x, 48.0 + 2.0 * np.sin(frame / 3.0)
-
-
-def _frame(frame: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The plate (scene-linear RGB) and the passes of one frame."""
-    cx, cy = _centre(frame)
-    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
-    u, v = (xx - cx) / 22.0, (yy - cy) / 34.0
-    r2 = u**2 + v**2
-    matte = np.clip((1.0 - np.sqrt(r2)) * 6.0, 0.0, 1.0)  # a soft-edged ellipse
-    inside = r2 < 1.0
-    z = np.sqrt(np.clip(1.0 - r2, 0.0, 1.0))
-    normal = np.stack([u, -v, z], axis=-1) * inside[..., None]
-    normal[~inside] = (0.0, 0.0, 1.0)
-    normal /= np.linalg.norm(normal, axis=-1, keepdims=True)
-    depth = np.where(inside, 3.0 - 0.3 * z, 6.0)
-    pointmap = np.stack([(xx - W / 2) * depth / 200.0, (yy - H / 2) * depth / 200.0, depth], -1)
-    seg = np.where(inside, np.where(yy < cy, 1, 2), 0).astype(np.uint8)
-    albedo = np.where(inside[..., None], (0.6, 0.45, 0.35), (0.3, 0.3, 0.3)).astype(np.float32)
-    background = 0.18 + 0.05 * np.sin(xx / 25.0) * np.cos(yy / 31.0)
-    skin = 0.35 + 0.08 * np.sin((xx - cx) / 9.0) * np.cos((yy - cy) / 11.0)  # moves with it
-    luma = background * (1 - matte) + skin * matte
-    plate = np.stack([luma * 1.1, luma, luma * 0.9], axis=-1).astype(np.float32)
-    passes = {"normal": normal, "pointmap": pointmap, "albedo": albedo, "matte": matte, "seg": seg}
-    return plate, passes
-
-
-def _perturb(name: str, value: np.ndarray) -> np.ndarray:
-    """What a flickering network does to one frame of a pass."""
-    if name == "normal":  # tilted up by about 27 degrees
-        tilted = value + np.array([0.0, 0.5, 0.0], dtype=np.float32)
-        return tilted / np.linalg.norm(tilted, axis=-1, keepdims=True)
-    if name == "pointmap":
-        return value * 1.15  # depth pumps by 15%
-    if name == "albedo":
-        return value * 0.7
-    if name == "matte":
-        return value * 0.6
-    return np.where(value == 1, 2, np.where(value == 2, 1, value)).astype(np.uint8)  # seg
-
 
 @pytest.fixture(scope="module")
 def synthetic_shot(tmp_path_factory: pytest.TempPathFactory) -> QcJob:
-    root = tmp_path_factory.mktemp("qc")
-    zarr = str(root / "shot.zarr")
-    create_shot_store(zarr, FRAMES, H, W, QC_PASSES, 1, {}, frames_per_shard=4)
-    uris = []
-    for index, frame in enumerate(FRAMES):
-        plate, passes = _frame(frame)
-        for name, bad in PERTURBED.items():
-            if frame == bad:
-                passes[name] = _perturb(name, passes[name])
-        uri = root / f"plate.{frame:04d}.exr"
-        write_exr(uri, plate)
-        uris.append(str(uri))
-        write_frame(zarr, index, passes)
-    return QcJob(
-        zarr=zarr,
-        frames=tuple(FRAMES),
-        plate_uris=tuple(uris),
-        plate_colorspace="lin_rec709",
-        passes=(*QC_PASSES, "pose"),
-    )
+    return write_synthetic_shot(tmp_path_factory.mktemp("qc"))
 
 
 def test_each_perturbed_frame_is_flagged_for_its_pass_and_no_other_frame(synthetic_shot):

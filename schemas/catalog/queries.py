@@ -17,6 +17,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Select,
+    and_,
     distinct,
     false,
     func,
@@ -447,8 +448,7 @@ def jobs(
     by_job: dict[int, list[dict[str, Any]]] = {}
     for f in failed:
         by_job.setdefault(f.job_id, []).append({"frame": f.frame, "error": f.error})
-    roots = {r.id: (r.shot_id, r.output_root) for r in rows}
-    flagged = flagged_frames(bind, roots, flicker_threshold)
+    flagged = flagged_frames(bind, [r.id for r in rows], flicker_threshold) if rows else {}
     result = []
     for r in rows:
         job = _job_dict(r)
@@ -459,34 +459,34 @@ def jobs(
 
 
 def flagged_frames(
-    bind: Bind, jobs: dict[int, tuple[int, str | None]], threshold: float
+    bind: Bind, job_ids: list[int], threshold: float
 ) -> dict[int, list[dict[str, Any]]]:
-    """Per job (id -> its shot id and output folder): the EXR outputs in its output folder
-    whose flicker score is above ``threshold``, by pass and frame. Keys: pass_name, frame,
+    """Per job: the EXR outputs in its output folder whose flicker score is above
+    ``threshold``, by pass and frame (one query for all the jobs). Keys: pass_name, frame,
     flicker. The folder, not the job id, picks them (a resubmit scores the frames an earlier
-    job made too); a job without a recorded folder, by its own outputs."""
+    job made too); a job without a recorded folder, by its own outputs. Folders and URIs are
+    stored normalised (``normalise_uri``), so a plain prefix comparison holds."""
+    job, out = m.Job, m.Output
+    folder = job.output_root.concat("/")
+    in_folder = func.substr(out.uri, 1, func.length(folder)) == folder
+    mine = or_(
+        and_(job.output_root.is_not(None), in_folder),
+        and_(job.output_root.is_(None), out.job_id == job.id),  # recorded before folders were
+    )
+    stmt = (
+        select(job.id.label("job_id"), out.pass_name, out.frame, out.flicker)
+        .distinct()  # one row per part of the EXR
+        .select_from(job)
+        .join(out, out.shot_id == job.shot_id)
+        .where(job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, mine)
+        .order_by(job.id, out.pass_name, out.frame)
+    )
     found: dict[int, list[dict[str, Any]]] = {}
     with reading(bind) as conn:
-        for job_id, (shot_id, root) in jobs.items():
-            mine = (
-                m.Output.uri.startswith(normalise_uri(root).rstrip("/") + "/", autoescape=True)
-                if root
-                else m.Output.job_id == job_id  # a job recorded before output folders were
+        for row in conn.execute(stmt):
+            found.setdefault(row.job_id, []).append(
+                {"pass_name": row.pass_name, "frame": row.frame, "flicker": row.flicker}
             )
-            stmt = (
-                select(m.Output.pass_name, m.Output.frame, m.Output.flicker)
-                .distinct()  # one row per part of the EXR
-                .where(
-                    m.Output.shot_id == shot_id,
-                    m.Output.kind == "exr",
-                    m.Output.flicker > threshold,
-                    mine,
-                )
-                .order_by(m.Output.pass_name, m.Output.frame)
-            )
-            rows = [dict(r._mapping) for r in conn.execute(stmt)]
-            if rows:
-                found[job_id] = rows
     return found
 
 
