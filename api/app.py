@@ -49,7 +49,7 @@ def create_app(
     endpoints; without one they answer 403. ``submitter`` (default: runs of the served
     process-shot deployment) receives submitted and retried shots.
     """
-    from tasks import platform_version
+    from tasks.provenance import platform_version
 
     settings = settings or load_settings()
     if engine is None:

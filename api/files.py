@@ -1,5 +1,5 @@
 """Images for the pages, never by a caller's path: a preview output by its catalog id, or a
-pass's contact sheet at the place ShotLayout gives for the shot's newest job.
+pass's contact sheet at the place ShotOutputPaths gives for the shot's newest job.
 
 What is served must be what the catalog means. A local file's real path (every symlink
 resolved) must lie under the real allowed roots; it is opened one folder at a time without
@@ -28,7 +28,7 @@ from schemas.catalog import queries
 from schemas.settings import Settings
 from schemas.spec import NAME, is_under
 from storage.uri import filesystem_for
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 
 router = APIRouter(prefix="/files", tags=["files"], responses=INVALID)
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -166,7 +166,7 @@ def _checked(data: bytes, kind: str, sha256: str | None) -> Image:
     return Image(data, kind)
 
 
-def read_image(settings: Settings, uri: str, sha256: str | None = None) -> Image:
+def read_servable_image(settings: Settings, uri: str, sha256: str | None = None) -> Image:
     """The image at ``uri`` after every check in the module docstring; Unservable says why
     it is refused. ``sha256``: what the catalog recorded for the file."""
     where = located(settings, uri)
@@ -196,7 +196,7 @@ def contact_sheet_uri(
     pass_name: str,
 ) -> str | None:
     """Where the newest of ``jobs`` (newest first) that made ``pass_name`` wrote its contact
-    sheet, by ShotLayout from the job's spec (None: no such job)."""
+    sheet, by ShotOutputPaths from the job's spec (None: no such job)."""
     for job in jobs:
         spec = job["spec"]
         version = str(spec.get("version") or "v001")
@@ -205,8 +205,8 @@ def contact_sheet_uri(
             element = spec.get("element")
             if element is not None and not NAME.match(str(element)):
                 continue  # never build a path from a name the spec would refuse
-            layout = ShotLayout.for_shot(root, show, sequence, shot, version, element=element)
-            return layout.contact_sheet(pass_name)
+            paths = ShotOutputPaths.for_shot(root, show, sequence, shot, version, element=element)
+            return paths.contact_sheet(pass_name)
     return None
 
 
@@ -235,7 +235,7 @@ def output_image(
     if found is None or found["kind"] not in SERVED_KINDS:
         raise HTTPException(404, f"no preview image with id {output_id}")
     try:
-        image = read_image(ctx.settings, found["uri"], found["sha256"])
+        image = read_servable_image(ctx.settings, found["uri"], found["sha256"])
     except Unservable as exc:
         raise HTTPException(404, f"preview {output_id} is not served: {exc}") from None
     etag = f'"{found["sha256"]}"'
@@ -263,7 +263,7 @@ def contact_sheet(
     if uri is None:
         raise HTTPException(404, missing)
     try:
-        image = read_image(ctx.settings, uri)
+        image = read_servable_image(ctx.settings, uri)
     except Unservable as exc:
         raise HTTPException(404, f"{missing}: {exc}") from None
     return Response(image.data, media_type=image.media_type, headers=_HEADERS)

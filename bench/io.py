@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import OpenEXR
 
+from bench.standins import IdentityModel
 from sapiens.seg_classes import SEG_CLASSES
 from storage.exr_writer import write_passes_exr
-from storage.readers import read_frame
+from storage.plate_reader import read_plate_frame
 from storage.zarr_store import ShotStoreWriter, create_shot_store
 from tasks.blending import FrameBlender
 from tasks.colour import ColourConversion
-from tasks.standins import IdentityModel
 from tasks.tiling import extract_tiles, plan_frame
 
 CHANNELS = {"normal": 3, "albedo": 3, "pointmap": 3, "seg": len(SEG_CLASSES), "matte": None}
@@ -94,7 +94,7 @@ def run(
     wall = time.perf_counter()
     for index, number in enumerate(frame_numbers):
         with stages.stage("read"):
-            frame = read_frame(str(plates / f"plate.{number:04d}.exr"), number)
+            frame = read_plate_frame(str(plates / f"plate.{number:04d}.exr"), number)
         with stages.stage("colour"):
             rgb = colour.to_model_encoding(frame.pixels[..., :3])
         results: dict[str, np.ndarray] = {}

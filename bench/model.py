@@ -3,7 +3,7 @@
 On CUDA it also reports achieved TFLOP/s and the fraction of the device's dense bf16 peak
 (FLOPs = 2 x multiply-adds, counted by torch's FlopCounterMode on the meta device), and the
 speed-up over the upstream way (fp32, batch 1, the straightforward maths of
-`sapiens/reference.py`). On CPU it compares our fast path with that straightforward path on
+`bench/reference_model.py`). On CPU it compares our fast path with that straightforward path on
 the same weights, with and without `torch.compile`.
 
 Weights are random (UNTRAINED): speed does not depend on them.
@@ -28,8 +28,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import sapiens
-from sapiens.reference import model_forward
-from sapiens.speed import compile_model
+from bench.reference_model import model_forward
+from sapiens.torch_compile import compile_model
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets.
 BF16_PEAK_TFLOPS = {

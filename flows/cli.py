@@ -180,7 +180,7 @@ def run_submit(
     spec = _parsed(data)
     inputs = _refusing(lambda: check_inputs(spec, settings))
     catalog = _refusing(lambda: _catalog(settings))
-    live = _live_job(catalog, inputs.layout.root)
+    live = _live_job(catalog, inputs.paths.root)
     if live is not None:
         return _follow_or_refuse(live, spec, catalog, as_json)
     plan = _refusing(lambda: _plan(spec, settings, inputs))

@@ -16,18 +16,18 @@ from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
 from storage.errors import FrameError
 from storage.frame import Frame
-from storage.readers import read_frame
+from storage.plate_reader import read_plate_frame
 from storage.sequences import PlateSequence, discover_sequence
 from storage.uri import is_remote
 from tasks.colour import guess_colourspace, resolve_colourspace
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 
 
 @dataclass(frozen=True)
 class ShotInputs:
     spec: ShotSpec
     output_root: str
-    layout: ShotLayout
+    paths: ShotOutputPaths
     sequence: PlateSequence
     header: Frame  # the first readable frame: resolution, windows, attributes
     colorspace: str  # resolved OCIO name
@@ -43,7 +43,7 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     if problems:
         raise SpecError("\n".join(problems))
     sequence = discover_sequence(spec.plate, spec.frames, settings.storage_options_for(spec.plate))
-    layout = ShotLayout.for_shot(
+    paths = ShotOutputPaths.for_shot(
         output_root,
         spec.show,
         spec.sequence,
@@ -52,37 +52,37 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
         sequence.padding,
         element=spec.element,
     )
-    problems = output_problems(layout) + frames_outside_roots(sequence, settings.roots)
+    problems = output_problems(paths) + frames_outside_roots(sequence, settings.roots)
     if problems:
         raise SpecError("\n".join(problems))
     header = first_readable(sequence)
     colorspace, guessed, note = colourspace(spec, header)
-    return ShotInputs(spec, output_root, layout, sequence, header, colorspace, guessed, note)
+    return ShotInputs(spec, output_root, paths, sequence, header, colorspace, guessed, note)
 
 
-def output_problems(layout: ShotLayout) -> list[str]:
+def output_problems(paths: ShotOutputPaths) -> list[str]:
     """The folders a job writes must be folders or creatable: never an existing file (it
     would be replaced), never under a file, and their first existing parent writable."""
-    if is_remote(layout.root):
+    if is_remote(paths.root):
         return []
     folders = [
-        layout.root,
-        layout.zarr,
-        f"{layout.root}/previews",
-        f"{layout.root}/review",
-        layout.pose_fragments,
-        layout.frame_records,
+        paths.root,
+        paths.zarr,
+        f"{paths.root}/previews",
+        f"{paths.root}/review",
+        paths.pose_fragments,
+        paths.frame_records,
     ]
     for folder in folders:
         if os.path.exists(folder) and not os.path.isdir(folder):
             return [f"output path {folder} exists and is not a folder; refusing to replace it"]
-    parent = resolved(layout.root)
+    parent = resolved(paths.root)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        return [f"cannot create the output folder {layout.root}: {parent} is a file"]
+        return [f"cannot create the output folder {paths.root}: {parent} is a file"]
     if not os.access(parent, os.W_OK | os.X_OK):
-        return [f"cannot create the output folder {layout.root}: {parent} is not writable"]
+        return [f"cannot create the output folder {paths.root}: {parent} is not writable"]
     return []
 
 
@@ -112,7 +112,7 @@ def first_readable(sequence: PlateSequence) -> Frame:
     for frame in sequence.frames[:5]:
         try:
             uri = sequence.uri_for(frame)
-            return read_frame(uri, frame, storage_options=sequence.storage_options)
+            return read_plate_frame(uri, frame, storage_options=sequence.storage_options)
         except FrameError as exc:
             errors.append(str(exc))
     lines = "\n  ".join(errors)

@@ -28,11 +28,11 @@ from storage.zarr_store import (
     shard_of,
     stored_frames_per_shard,
 )
-from tasks import platform_version
 from tasks.checkpoint_verify import verify_checkpoints
 from tasks.checkpoints import CheckpointRef, resolve_checkpoints
 from tasks.chunk_worker import ChunkJob
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
+from tasks.provenance import platform_version
 
 from .inputs import ShotInputs, check_inputs
 
@@ -44,7 +44,7 @@ class ShotPlan:
     spec: ShotSpec
     sequence: PlateSequence
     plate: PlateInfo
-    layout: ShotLayout
+    paths: ShotOutputPaths
     checkpoints: dict[str, CheckpointRef]
     checkpoint_note: str  # which checkpoints, and why (the size `auto` chose)
     colour_note: str
@@ -81,7 +81,7 @@ class ShotPlan:
                     spec=self.spec.model_dump(mode="json"),
                     plate_colorspace=self.plate.colorspace,
                     checkpoints=self.checkpoints,
-                    layout=self.layout,
+                    paths=self.paths,
                     frame_hw=(self.plate.height, self.plate.width),
                     storage_options=self.storage_options,
                     provenance=provenance,
@@ -139,16 +139,16 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         colorspace_guessed=inputs.colorspace_guessed,
         fingerprints=sequence_fingerprints(sequence),
     )
-    layout = inputs.layout
+    paths = inputs.paths
     storage_options = settings.storage_options_for(inputs.output_root)
-    frames_per_shard = stored_frames_per_shard(layout.zarr, storage_options) or shard_frames(
+    frames_per_shard = stored_frames_per_shard(paths.zarr, storage_options) or shard_frames(
         plate.height, plate.width, spec.passes, spec.max_people, spec.chunk_frames
     )
     return ShotPlan(
         spec=spec,
         sequence=sequence,
         plate=plate,
-        layout=layout,
+        paths=paths,
         checkpoints=choice.checkpoints,
         checkpoint_note=choice.reason,
         colour_note=inputs.colour_note,
@@ -164,7 +164,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
     layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
     redoes them)."""
     args = (
-        plan.layout.zarr,
+        plan.paths.zarr,
         plan.sequence.all_frames,
         plan.plate.height,
         plan.plate.width,
@@ -174,7 +174,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         plan.frames_per_shard,
     )
     options = plan.storage_options or None
-    with writing(plan.layout.zarr, None):
+    with writing(plan.paths.zarr, None):
         try:
             create_shot_store(*args, storage_options=options)
             return False

@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from schemas.catalog import queries
-from schemas.catalog.catalog import Catalog
+from schemas.catalog.writer import Catalog
 
 log = logging.getLogger("svfx.reaper")
 

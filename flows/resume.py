@@ -22,8 +22,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.catalog.catalog import Catalog
 from schemas.catalog.uris import normalise_uri
+from schemas.catalog.writer import Catalog
 from schemas.summaries import FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
@@ -64,11 +64,11 @@ def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
 
 def decide_work(plan: ShotPlan, catalog: Catalog, job_id: int) -> WorkDecision:
     """Split the plate's present frames into to do, skipped and adopted (see the module)."""
-    spec, layout, options = plan.spec, plan.layout, plan.storage_options or None
+    spec, paths, options = plan.spec, plan.paths, plan.storage_options or None
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
-    recorded = catalog.frame_outputs(spec.show, spec.sequence, spec.shot, layout.root + "/")
-    on_disk = files_under(layout.root, options)
-    committed = committed_frames(layout.zarr, options)
+    recorded = catalog.frame_outputs(spec.show, spec.sequence, spec.shot, paths.root + "/")
+    on_disk = files_under(paths.root, options)
+    committed = committed_frames(paths.zarr, options)
     wanted = expected_outputs(plan)
     todo: list[int] = []
     skipped: list[int] = []
@@ -86,7 +86,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog, job_id: int) -> WorkDecision:
                 continue
             if outputs:
                 redone[frame] = missing
-        record = layout.frame_record(frame)
+        record = paths.frame_record(frame)
         if normalise_uri(record) in on_disk:
             summary = _adoptable(plan, record, fingerprint, wanted, on_disk, committed.get(frame))
             if summary is not None:

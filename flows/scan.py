@@ -30,7 +30,7 @@ from typing import Any
 
 import fileseq
 
-from schemas.catalog.catalog import Catalog
+from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
 from storage.object_listing import ObjectInfo, list_objects

@@ -25,9 +25,9 @@ from typing import Any
 
 from distributed import Client, as_completed
 
-from schemas.catalog.catalog import Catalog
 from schemas.catalog.errors import CatalogError, CatalogUnavailable
 from schemas.catalog.lease import HEARTBEAT_S, end_run, start_run
+from schemas.catalog.writer import Catalog
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.retry import RetryPolicy
 from tasks.chunk_worker import ChunkJob, process_chunk
@@ -96,7 +96,7 @@ def run_planned_shot(
             plan.plate,
             flow_run_id,
             uris=uris,
-            output_root=plan.layout.root,
+            output_root=plan.paths.root,
             owner=owner,
         )
         return _run_registered(plan, catalog, client, job_id, flow_run_id, window, on_chunk)
@@ -118,9 +118,9 @@ def _run_registered(
         job_id=job_id,
         status="running",
         total=len(plan.sequence.all_frames),
-        output_root=plan.layout.root,
-        exr_pattern=plan.layout.exr_pattern,
-        zarr=plan.layout.zarr,
+        output_root=plan.paths.root,
+        exr_pattern=plan.paths.exr_pattern,
+        zarr=plan.paths.zarr,
         untrained=plan.untrained,
     )
     with _Heartbeat(catalog, job_id):
@@ -199,7 +199,7 @@ def _finalize(
     plan: ShotPlan, client: Client, provenance: dict[str, str], frames: list[int], new: bool
 ) -> dict[str, str]:
     finalize = FinalizeJob(
-        layout=plan.layout,
+        paths=plan.paths,
         frames=tuple(frames),
         passes=plan.spec.passes,
         image_size=(plan.plate.width, plan.plate.height),
@@ -228,7 +228,7 @@ def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
     if not qc_passes(plan.spec.passes) or len(frames) < 3:
         return None
     job = QcJob(
-        zarr=plan.layout.zarr,
+        zarr=plan.paths.zarr,
         frames=tuple(frames),
         plate_uris=tuple(plan.sequence.uri_for(f) for f in frames),
         plate_colorspace=plan.plate.colorspace,
@@ -246,7 +246,7 @@ def _record_qc(
     try:
         flicker = future.result()
         frames = {f for scores in flicker.values() for f in scores}
-        uris = {f: (plan.layout.exr(f), plan.layout.zarr) for f in frames}
+        uris = {f: (plan.paths.exr(f), plan.paths.zarr) for f in frames}
         catalog.record_flicker(job_id, flicker, uris)
     except CatalogUnavailable:
         raise

@@ -74,7 +74,7 @@ class Predictor:
                 )
             model = model.to(device=self.device, dtype=dtype).eval()
             if compile:
-                from .speed import compile_model
+                from .torch_compile import compile_model
 
                 compile_model(model)
             self.models[name] = model

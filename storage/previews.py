@@ -219,7 +219,7 @@ def write_image(
     return atomic_write_bytes(uri, encode_image(rgb, extension), storage_options)
 
 
-def read_image(uri: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
+def read_preview(uri: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
     """A preview back as uint8 RGB (used for contact sheets built from written thumbnails)."""
     fs, path = filesystem_for(uri, storage_options)
     with fs.open(path, "rb") as handle:
@@ -307,7 +307,7 @@ def _even_sample(count: int, limit: int) -> list[int]:
 
 def _load(source: np.ndarray | str, storage_options: dict[str, Any] | None) -> np.ndarray:
     if isinstance(source, str):
-        return read_image(source, storage_options)
+        return read_preview(source, storage_options)
     return plate_rgb(source)
 
 

@@ -26,7 +26,7 @@ import fileseq
 
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
-from storage.readers import read_frame
+from storage.plate_reader import read_plate_frame
 from storage.uri import filesystem_for
 
 # Extensions a directory listing is searched for when the pattern is a bare directory.
@@ -166,12 +166,12 @@ def iter_frames(
 
     `frames` defaults to every frame the shot should have (`seq.all_frames`), so holes come
     out as FrameErrors instead of being skipped. `read_fn(uri, frame=..., **read_kwargs)`
-    defaults to `storage.readers.read_frame` with the sequence's storage options. A frame
+    defaults to `storage.plate_reader.read_plate_frame` with the sequence's storage options. A frame
     whose data window or display window differs in size from the first good frame is
     reported as a FrameError. One bad frame never stops the others.
     """
     if read_fn is None:
-        read_fn = read_frame
+        read_fn = read_plate_frame
         read_kwargs.setdefault("storage_options", seq.storage_options)
     wanted = seq.all_frames if frames is None else list(frames)
     present = set(seq.frames)

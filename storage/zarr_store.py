@@ -403,7 +403,7 @@ def write_frame(
         writer.close()
 
 
-def read_frame(
+def read_stored_frame(
     uri: str,
     frame_index: int,
     passes: Sequence[str] | None = None,

@@ -52,18 +52,18 @@ from storage.exr_writer import (
     write_passes_exr,
 )
 from storage.frame import Frame
+from storage.plate_reader import decode_frame, fetch_bytes
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
-from storage.readers import decode_frame, fetch_bytes
 from storage.zarr_store import ShotStoreWriter
 from tasks.anamorphic import desqueeze, resqueeze
 from tasks.blending import FrameBlender
 from tasks.checkpoints import CheckpointRef
 from tasks.colour import ColourConversion
 from tasks.frame_records import remove_file, write_frame_record
-from tasks.layout import ShotLayout
 from tasks.model_cache import get_predictor
 from tasks.normal_rotation import normalize_vectors, rotate_normals, tile_rotation
+from tasks.output_paths import ShotOutputPaths
 from tasks.person_boxes import boxes_from_mask
 from tasks.tiling import extract_tiles, plan_frame
 
@@ -100,7 +100,7 @@ class ChunkJob:
     spec: dict[str, Any]  # ShotSpec as JSON
     plate_colorspace: str  # resolved OCIO name
     checkpoints: dict[str, CheckpointRef]  # model pass -> checkpoint
-    layout: ShotLayout
+    paths: ShotOutputPaths
     frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
     storage_options: dict[str, Any] = field(default_factory=dict)  # for the outputs
     provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
@@ -158,7 +158,7 @@ def environment(predictor: Predictor) -> dict[str, Any]:
 
     import torch
 
-    from tasks import platform_version
+    from tasks.provenance import platform_version
 
     device = predictor.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
@@ -190,7 +190,7 @@ class _ChunkRunner:
         self.model_s = 0.0
         self.settings_digest = spec.settings_digest()
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
-        self.store = ShotStoreWriter(job.layout.zarr, job.storage_options or None)
+        self.store = ShotStoreWriter(job.paths.zarr, job.storage_options or None)
         self.provenance = self._provenance()
 
     # -- the three stages -----------------------------------------------------------------
@@ -378,7 +378,7 @@ class _ChunkRunner:
         the disk holds nothing the catalog does not describe; returns the outputs whose old
         catalog rows no longer hold (the files and the Zarr regions)."""
         options = self.job.storage_options or None
-        for uri in [*written, self.job.layout.frame_record(number)]:
+        for uri in [*written, self.job.paths.frame_record(number)]:
             problem = remove_file(uri, options)
             if problem:
                 log.warning("frame %d: could not remove a partial output: %s", number, problem)
@@ -390,7 +390,7 @@ class _ChunkRunner:
         summary, plate, number = prepared.summary, prepared.plate, prepared.number
         options = self.job.storage_options or None
         index = self.job.store_indices[self.job.frames.index(number)]
-        with writing(self.job.layout.zarr, number), self.zarr_lock:
+        with writing(self.job.paths.zarr, number), self.zarr_lock:
             self.store.retract(index)  # from here on the store does not claim this frame
         t0 = time.perf_counter()
         passes = {name: result.passes[name] for name in self.spec.passes if name in result.passes}
@@ -407,7 +407,7 @@ class _ChunkRunner:
         # each at 4K)
         labels = class_labels(passes["seg"], np.uint8) if "seg" in passes else None
         if passes:
-            exr_uri = self.job.layout.exr(number)
+            exr_uri = self.job.paths.exr(number)
             with writing(exr_uri, number):
                 exr = write_passes_exr(
                     exr_uri,
@@ -448,7 +448,7 @@ class _ChunkRunner:
             )  # fmt: skip
         t2 = time.perf_counter()
         if "pose" in self.spec.passes:
-            fragments = self.job.layout.pose_fragments
+            fragments = self.job.paths.pose_fragments
             with writing(f"{fragments}/{number}", number):
                 fragment = write_pose_fragment(fragments, number, result.people, options)
             written.append(fragment.uri)
@@ -466,9 +466,9 @@ class _ChunkRunner:
         summary.timings["write_zarr"] = t2 - t1
         summary.timings["write_other"] = time.perf_counter() - t2
         if key:  # every output is on disk: the store may claim the frame, then the record
-            with writing(self.job.layout.zarr, number), self.zarr_lock:
+            with writing(self.job.paths.zarr, number), self.zarr_lock:
                 self.store.commit(index, key)
-            record = self.job.layout.frame_record(number)
+            record = self.job.paths.frame_record(number)
             with writing(record, number):
                 write_frame_record(record, summary, self.context, options)
 
@@ -497,7 +497,7 @@ class _ChunkRunner:
                 pixel_aspect=aspect,
             )
         for name, image in images.items():
-            uri = self.job.layout.preview(name, number)
+            uri = self.job.paths.preview(name, number)
             with writing(uri, number):
                 preview = write_image(uri, image, self.job.storage_options or None)
             written.append(preview.uri)

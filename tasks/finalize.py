@@ -10,16 +10,16 @@ from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES, SKELETON
 from storage.pose_json import assemble_pose_json
-from storage.previews import read_image, write_contact_sheet
+from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
 from storage.uri import filesystem_for
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import write_shot_nuke_script
 
 
 @dataclass(frozen=True)
 class FinalizeJob:
-    layout: ShotLayout
+    paths: ShotOutputPaths
     frames: tuple[int, ...]  # frames with outputs (done now or before)
     passes: tuple[str, ...]
     image_size: tuple[int, int]  # (width, height) of the data window
@@ -38,12 +38,12 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     """Write the shot-level files; returns what was written, by name."""
     options = job.storage_options or None
     written: dict[str, str] = {}
-    if "pose" in job.passes and job.only_missing and _exists(job.layout.pose_json, options):
-        written["pose_json"] = job.layout.pose_json
+    if "pose" in job.passes and job.only_missing and _exists(job.paths.pose_json, options):
+        written["pose_json"] = job.paths.pose_json
     elif "pose" in job.passes:
         result = assemble_pose_json(
-            job.layout.pose_json,
-            job.layout.pose_fragments,
+            job.paths.pose_json,
+            job.paths.pose_fragments,
             job.frames,
             keypoint_names=KEYPOINT_NAMES,
             skeleton=SKELETON,
@@ -57,20 +57,20 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     if not job.previews:
         return written
     for name in job.passes:
-        previews = [(f, job.layout.preview(name, f)) for f in job.frames]
+        previews = [(f, job.paths.preview(name, f)) for f in job.frames]
         previews = [(f, uri) for f, uri in previews if _exists(uri, options)]
         if not previews:
             continue
         sheet = write_contact_sheet(
-            job.layout.contact_sheet(name), previews, storage_options=options
+            job.paths.contact_sheet(name), previews, storage_options=options
         )
         written[f"contact_sheet_{name}"] = sheet.uri
         if job.review_clips:
             clip = write_review_clip(
-                job.layout.review_clip(name),
-                ((f, read_image(uri, options)) for f, uri in previews),
+                job.paths.review_clip(name),
+                ((f, read_preview(uri, options)) for f, uri in previews),
                 fps=job.fps,
-                label=f"{job.layout.name} {name}",
+                label=f"{job.paths.name} {name}",
                 storage_options=options,
             )
             written[f"review_clip_{name}"] = clip.uri
@@ -81,11 +81,11 @@ def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, 
     """The shot's .nk over its frames with outputs (a failed frame between them reads as a
     checkerboard). A script that cannot be written is reported by name and does not stop
     the other files."""
-    if job.only_missing and _exists(job.layout.nuke_script, options):
-        return {"nuke_script": job.layout.nuke_script}
+    if job.only_missing and _exists(job.paths.nuke_script, options):
+        return {"nuke_script": job.paths.nuke_script}
     try:
         script = write_shot_nuke_script(
-            job.layout,
+            job.paths,
             job.frames,
             job.passes,
             image_size=job.image_size,
@@ -96,7 +96,7 @@ def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, 
             storage_options=options,
         )
     except Exception as exc:
-        return {"nuke_script_error": f"{job.layout.nuke_script}: {type(exc).__name__}: {exc}"}
+        return {"nuke_script_error": f"{job.paths.nuke_script}: {type(exc).__name__}: {exc}"}
     return {"nuke_script": script} if script is not None else {}
 
 

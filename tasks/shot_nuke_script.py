@@ -26,7 +26,7 @@ Choices, and why:
 - Not yet opened in Nuke itself: that a one-channel layer is the Shuffle's first position, and
   that the albedo Read's ``colorspace`` reaches the ``albedo`` layer (Nuke may apply a Read's
   transform to rgba only; then albedo arrives as written, in its working space) are to check.
-- Paths are written as the layout gives them, local or ``s3://``; Nuke cannot read S3, so an
+- Paths are written as the output paths give them, local or ``s3://``; Nuke cannot read S3, so an
   S3 script says so on its Read backdrop (sync or mount the files, then repath).
 - Layers come from the EXR writer itself (`storage.exr_writer._part_channels` on a 1x1 frame),
   so the script follows the file if a part's channels change.
@@ -53,7 +53,7 @@ from storage.nuke_script import (
     write_nuke_script,
 )
 from storage.uri import is_remote
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 
 # The EXR writer tags the albedo part colorInteropID "lin_ap1_scene" unless told otherwise:
 # ACEScg, by its name in the ACES OCIO configs (and Nuke's own fn-nuke_cg config).
@@ -61,7 +61,7 @@ DEFAULT_ALBEDO_COLORSPACE = "ACEScg"
 NON_EXR_PASSES = frozenset({"pose"})
 ON_ERROR = "checkerboard"
 
-# Node Graph layout, in Nuke DAG units (y grows downwards). Footprints are generous: a node
+# Node Graph paths, in Nuke DAG units (y grows downwards). Footprints are generous: a node
 # tile is about 80x18, a Read with its postage stamp about 80x80.
 NODE_SIZE = (80, 30)
 READ_SIZE = (80, 110)
@@ -118,7 +118,7 @@ def exr_layers(passes: Sequence[str]) -> tuple[ExrLayer, ...]:
 
 
 def build_shot_script(
-    layout: ShotLayout,
+    paths: ShotOutputPaths,
     frames: Sequence[int],
     passes: Sequence[str],
     *,
@@ -135,7 +135,7 @@ def build_shot_script(
     working space albedo was written in (`ColourConversion.working_space`; default ACEScg).
     Raises ValueError when no pass is in the EXR or the inputs disagree.
     """
-    where = layout.nuke_script
+    where = paths.nuke_script
     if not frames:
         raise ValueError(f"{where}: no frames with outputs, nothing for Nuke to read")
     width, height = _checked_size(where, image_size, data_window, pixel_aspect, fps)
@@ -150,7 +150,7 @@ def build_shot_script(
     groups = _groups(layers, crypto)
     labels = {name: _group_label(name, colorspace) for name, _ in groups}
     positions = _positions(groups, {name: _label_width(label) for name, label in labels.items()})
-    reads = _reads(layout, groups, positions, first, last, fmt, colorspace)
+    reads = _reads(paths, groups, positions, first, last, fmt, colorspace)
     by_layer = {f"Shuffle_{layer.layer}": layer for layer in layers}
     layer_nodes: list[NukeNode] = []
     for pass_name, names in groups:
@@ -162,7 +162,7 @@ def build_shot_script(
                 layer_nodes.append(_shuffle(name, by_layer[name], positions[name], source))
 
     read_boxes = [((_x(read), _y(read)), READ_SIZE) for read in reads]
-    backdrops = [_backdrop("Backdrop_read", _reads_label(layout, frames), "read", read_boxes)]
+    backdrops = [_backdrop("Backdrop_read", _reads_label(paths, frames), "read", read_boxes)]
     for pass_name, names in groups:
         boxes = [(positions[name], NODE_SIZE) for name in names]
         backdrops.append(_backdrop(f"Backdrop_{pass_name}", labels[pass_name], pass_name, boxes))
@@ -176,7 +176,7 @@ def build_shot_script(
         "format": fmt,
     }
     comments = (
-        f"Sapiens2 passes of {layout.name}, frames {first}-{last}: written by sapiens-vfx.",
+        f"Sapiens2 passes of {paths.name}, frames {first}-{last}: written by sapiens-vfx.",
         "For Nuke 13 or later" + (" (its native Cryptomatte node)." if crypto else "."),
     )
     # Backdrops first (Nuke draws them under the nodes; they take nothing from the stack),
@@ -189,7 +189,7 @@ def build_shot_script(
 
 
 def write_shot_nuke_script(
-    layout: ShotLayout,
+    paths: ShotOutputPaths,
     frames: Sequence[int],
     passes: Sequence[str],
     *,
@@ -200,13 +200,13 @@ def write_shot_nuke_script(
     albedo_colorspace: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> str | None:
-    """Write `layout.nuke_script` atomically (local or object store); returns its URI, or
+    """Write `paths.nuke_script` atomically (local or object store); returns its URI, or
     None when the passes put nothing in the EXR (pose only): there is nothing to read.
     Raises ValueError on inconsistent inputs, StorageError when the file cannot be written."""
     if not exr_layers(passes):
         return None
     script = build_shot_script(
-        layout,
+        paths,
         frames,
         passes,
         image_size=image_size,
@@ -215,7 +215,7 @@ def write_shot_nuke_script(
         fps=fps,
         albedo_colorspace=albedo_colorspace,
     )
-    return write_nuke_script(layout.nuke_script, render(script), storage_options)
+    return write_nuke_script(paths.nuke_script, render(script), storage_options)
 
 
 # -- nodes ---------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ _CRYPTO_NODE = "Cryptomatte_BodyPart"
 
 
 def _reads(
-    layout: ShotLayout,
+    paths: ShotOutputPaths,
     groups: Sequence[tuple[str, Sequence[str]]],
     positions: dict[str, tuple[int, int]],
     first: int,
@@ -238,7 +238,7 @@ def _reads(
     data_x = positions[data[0]][0] if data else None
     if data_x is not None:
         label = "data passes: raw (no colour transform)"
-        reads.append(_read("Read_data", layout, first, last, fmt, data_x, raw=True, label=label))
+        reads.append(_read("Read_data", paths, first, last, fmt, data_x, raw=True, label=label))
     if albedo:
         x = positions[albedo[0]][0]
         if data_x is not None and abs(x - data_x) < COLUMN:
@@ -247,7 +247,7 @@ def _reads(
         reads.append(
             _read(
                 "Read_albedo",
-                layout,
+                paths,
                 first,
                 last,
                 fmt,
@@ -262,7 +262,7 @@ def _reads(
 
 def _read(
     name: str,
-    layout: ShotLayout,
+    paths: ShotOutputPaths,
     first: int,
     last: int,
     fmt: str,
@@ -274,7 +274,7 @@ def _read(
 ) -> NukeNode:
     knobs: dict[str, KnobValue] = {
         "file_type": "exr",
-        "file": tcl_literal(layout.exr_pattern),
+        "file": tcl_literal(paths.exr_pattern),
         "format": fmt,
         "first": first,
         "last": last,
@@ -371,13 +371,13 @@ def _label_width(label: str) -> int:
     return max(len(line) for line in label.split("\n")) * CHAR_WIDTH + PAD
 
 
-def _reads_label(layout: ShotLayout, frames: Sequence[int]) -> str:
+def _reads_label(paths: ShotOutputPaths, frames: Sequence[int]) -> str:
     first, last = min(frames), max(frames)
-    lines = [layout.name, f"Sapiens2 passes, frames {first}-{last}"]
+    lines = [paths.name, f"Sapiens2 passes, frames {first}-{last}"]
     present, span = len(set(frames)), last - first + 1
     if present < span:
         lines.append(f"{span - present} of {span} frames missing: they read as checkerboard")
-    if is_remote(layout.exr_pattern):
+    if is_remote(paths.exr_pattern):
         lines.append("S3 paths: Nuke cannot read s3:// - sync or mount the files, then repath")
     return "\n".join(lines)
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.readers import read_frame
+from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
 
@@ -217,7 +217,7 @@ def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
             if frame not in index:
                 raise ValueError(f"{job.zarr}: frame {frame} is not in the store")
             arrays = {name: np.asarray(group[name][index[frame]]) for name in passes}
-            plate = read_frame(uri, frame, storage_options=job.plate_storage_options or None)
+            plate = read_plate_frame(uri, frame, storage_options=job.plate_storage_options or None)
             encoded = colour.to_model_encoding(plate.pixels[..., :3])
             yield _proxies(frame, encoded @ _LUMA, arrays)
     finally:

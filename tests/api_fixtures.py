@@ -20,7 +20,7 @@ from schemas.catalog import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkSummary, OutputRecord
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 from tests.catalog_fixtures import CHECKPOINTS, checkpoint, make_chunk, make_plate, make_spec, sha
 
 A = "demo/sq010/sh0010"  # partial: frames 1002 and 1007 failed
@@ -101,9 +101,9 @@ def fill(catalog: Catalog, root: Path) -> tuple[dict[str, ShotSpec], dict[str, i
     catalog.record_chunk(jobs[C], chunk)
 
     spec = specs[A]
-    layout = ShotLayout.for_shot(str(spec.output_root), *A.split("/"), spec.version)
+    paths = ShotOutputPaths.for_shot(str(spec.output_root), *A.split("/"), spec.version)
     for pass_name in ("normal", "seg"):  # pose has no contact sheet on disk
-        write_jpeg(layout.contact_sheet(pass_name), (200, 200, 40))
+        write_jpeg(paths.contact_sheet(pass_name), (200, 200, 40))
     return specs, jobs
 
 

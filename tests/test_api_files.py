@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from schemas.settings import Settings
 from schemas.summaries import OutputRecord
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 from tests import api_fixtures, catalog_fixtures
 from tests.api_fixtures import TOKEN, A, C, Filled, detail, jpeg_bytes
 from tests.catalog_fixtures import make_chunk
@@ -44,8 +44,8 @@ def preview(filled: Filled, frame: int, pass_name: str = "normal") -> tuple[int,
 def contact_sheet(filled: Filled, pass_name: str) -> Path:
     """Where shot A's contact sheet of ``pass_name`` lies (api_fixtures wrote it)."""
     spec = filled.specs[A]
-    layout = ShotLayout.for_shot(str(spec.output_root), *A.split("/"), spec.version)
-    return Path(layout.contact_sheet(pass_name))
+    paths = ShotOutputPaths.for_shot(str(spec.output_root), *A.split("/"), spec.version)
+    return Path(paths.contact_sheet(pass_name))
 
 
 def catalogue_preview(filled: Filled, uri: str, data: bytes, frame: int) -> int:

@@ -16,7 +16,7 @@ import pytest
 
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
-from storage.readers import NONFINITE_ATTRIBUTE, read_frame
+from storage.plate_reader import NONFINITE_ATTRIBUTE, read_plate_frame
 from storage.sequences import discover_sequence, iter_frames
 from tasks.colour import ColourConversion
 from tests.plates import exr_bytes, frame_pixels, ramp, write_exr, write_image, write_sequence
@@ -107,7 +107,7 @@ def test_read_frame_raises_frame_error_naming_file_and_frame(tmp_path: Path, kin
     path = tmp_path / "plate.1002.exr"
     make_bad(path)
     with pytest.raises(FrameError, match=reason) as caught:
-        read_frame(str(path), frame=1002)
+        read_plate_frame(str(path), frame=1002)
     assert caught.value.uri == str(path)
     assert caught.value.frame == 1002
 
@@ -123,7 +123,7 @@ def test_a_damaged_exr_prints_nothing_of_its_own(
     make_bad(path)
     capfd.readouterr()
     with pytest.raises(FrameError):
-        read_frame(str(path), frame=1002)
+        read_plate_frame(str(path), frame=1002)
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
 
@@ -131,13 +131,13 @@ def test_a_damaged_exr_prints_nothing_of_its_own(
 def test_nonfinite_zero_policy_replaces_and_records(tmp_path: Path) -> None:
     path = tmp_path / "plate.1002.exr"
     _nan_and_inf(path)
-    frame = read_frame(str(path), frame=1002, nonfinite="zero")
+    frame = read_plate_frame(str(path), frame=1002, nonfinite="zero")
     assert np.isfinite(frame.pixels).all()
     assert frame.pixels[0, 0, 0] == 0.0 and frame.pixels[3, 4, 2] == 0.0
     assert frame.pixels[1, 2, 0] == np.float32(BAD / 10000.0)  # the finite channel is kept
     assert frame.attributes[NONFINITE_ATTRIBUTE] == 3
     with pytest.raises(ValueError, match="nonfinite"):
-        read_frame(str(path), nonfinite="keep")  # type: ignore[arg-type]
+        read_plate_frame(str(path), nonfinite="keep")  # type: ignore[arg-type]
 
 
 def test_nonfinite_policy_applies_through_iter_frames(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_nonfinite_policy_applies_through_iter_frames(tmp_path: Path) -> None:
 def test_missing_named_layer_lists_what_is_there(tmp_path: Path) -> None:
     path = write_exr(tmp_path / "plate.1001.exr", ramp())
     with pytest.raises(FrameError, match=r"no layer 'plate' \(plate\.R,G,B\).*B, G, R") as caught:
-        read_frame(str(path), frame=1001, layer="plate")
+        read_plate_frame(str(path), frame=1001, layer="plate")
     assert caught.value.frame == 1001
 
 
@@ -160,13 +160,13 @@ def test_missing_layer_in_an_image_file(tmp_path: Path) -> None:
     codes = np.zeros((2, 2, 3), dtype=np.int64)
     path = write_image(tmp_path / "plate.1001.png", codes, 8)
     with pytest.raises(FrameError, match=r"no layer 'plate'.*R, G, B"):
-        read_frame(str(path), layer="plate")
+        read_plate_frame(str(path), layer="plate")
 
 
 def test_single_channel_image_is_missing_channels(tmp_path: Path) -> None:
     path = write_image(tmp_path / "grey.tif", np.zeros((2, 2, 1), dtype=np.int64), 8)
     with pytest.raises(FrameError, match=r"missing channels: no R,G,B; the file has Y"):
-        read_frame(str(path), frame=5)
+        read_plate_frame(str(path), frame=5)
 
 
 @pytest.mark.parametrize("name", ["plate.1001.png", "plate.1001.dpx", "plate.1001.txt"])
@@ -174,7 +174,7 @@ def test_a_file_that_is_not_an_image(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     _text(path)
     with pytest.raises(FrameError, match=r"not a readable image") as caught:
-        read_frame(str(path), frame=1001)
+        read_plate_frame(str(path), frame=1001)
     assert caught.value.uri == str(path)
 
 
@@ -184,12 +184,12 @@ def test_truncated_dpx(tmp_path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(FrameError, match=r"cannot read pixels \(truncated or corrupt\?\)"):
-        read_frame(str(path), frame=1001)
+        read_plate_frame(str(path), frame=1001)
 
 
 def test_missing_local_file(tmp_path: Path) -> None:
     with pytest.raises(FrameError, match="file not found"):
-        read_frame(str(tmp_path / "plate.1001.exr"), frame=1001)
+        read_plate_frame(str(tmp_path / "plate.1001.exr"), frame=1001)
 
 
 def test_unknown_colour_space() -> None:
@@ -255,7 +255,7 @@ def test_s3_bucket_that_cannot_be_read(s3_bucket: tuple[str, dict[str, Any]]) ->
     _, options = s3_bucket
     uri = "s3://no-such-bucket-svfx/sh/plate.1001.exr"
     with pytest.raises(FrameError, match="file not found") as caught:
-        read_frame(uri, frame=1001, storage_options=options)
+        read_plate_frame(uri, frame=1001, storage_options=options)
     assert caught.value.uri == uri
     with pytest.raises(SequenceError, match=r"s3://no-such-bucket-svfx/sh"):
         discover_sequence("s3://no-such-bucket-svfx/sh/plate.####.exr", storage_options=options)
@@ -267,7 +267,7 @@ def test_s3_corrupt_object_names_the_uri(s3_bucket: tuple[str, dict[str, Any]]) 
     data = exr_bytes(ramp(32, 32, 3))
     fs.pipe(f"{bucket}/plate.1001.exr", data[: len(data) // 2])
     with pytest.raises(FrameError, match="truncated or corrupt OpenEXR") as caught:
-        read_frame(f"{bucket}/plate.1001.exr", frame=1001, storage_options=options)
+        read_plate_frame(f"{bucket}/plate.1001.exr", frame=1001, storage_options=options)
     assert caught.value.uri == f"{bucket}/plate.1001.exr"
 
 
@@ -285,7 +285,7 @@ class _ForbiddenFs:
 
 
 def test_access_denied_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    import storage.readers as readers
+    import storage.plate_reader as readers
     import storage.sequences as sequences
 
     def forbidden(uri: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
@@ -294,7 +294,7 @@ def test_access_denied_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readers, "filesystem_for", forbidden)
     monkeypatch.setattr(sequences, "filesystem_for", forbidden)
     with pytest.raises(FrameError, match=r"access denied \(Access Denied") as caught:
-        read_frame("s3://locked/sh/plate.1001.exr", frame=1001)
+        read_plate_frame("s3://locked/sh/plate.1001.exr", frame=1001)
     assert caught.value.frame == 1001
     with pytest.raises(SequenceError, match=r"access denied listing 's3://locked/sh'"):
         discover_sequence("s3://locked/sh/plate.####.exr")

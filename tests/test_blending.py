@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.standins import ConstantModel, IdentityModel, RandomModel
 from tasks.blending import FrameBlender, feather_weights
-from tasks.standins import ConstantModel, IdentityModel, RandomModel
 from tasks.tiling import FramePlan, extract_tiles, plan_frame
 
 CHANNELS = {"normal": 3, "albedo": 3, "pointmap": 3, "seg": 29, "matte": None}

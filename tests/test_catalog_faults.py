@@ -26,9 +26,9 @@ from flows import shot_runner
 from flows.planning import plan_shot
 from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog, queries
-from schemas.catalog.catalog import is_transient
 from schemas.catalog.errors import CatalogDamaged, CatalogUnavailable, JobConflict
 from schemas.catalog.models import JobFrame, Output
+from schemas.catalog.writer import is_transient
 from schemas.spec import parse_spec
 from storage.retry import RetryPolicy
 from tests.pg_server import PgServer
@@ -164,7 +164,7 @@ def test_a_sqlite_catalog_deleted_mid_shot_is_refused_by_name(home, client):
 
     # a new run starts a new catalog: the frames written before the refusal are found on
     # disk and recorded, only the others are computed
-    written = sorted(int(p.name.split(".")[-2]) for p in Path(plan.layout.frame_records).iterdir())
+    written = sorted(int(p.name.split(".")[-2]) for p in Path(plan.paths.frame_records).iterdir())
     assert written and len(written) < len(FRAMES)
     fresh = open_catalog(settings.catalog)
     again = run_planned_shot(plan_shot(plan.spec, settings), fresh, client)
@@ -192,13 +192,13 @@ def test_a_job_whose_process_is_gone_is_closed_by_the_next(home, client):
     plan = _plan(home, settings)
     dead = "somehost-that-is-gone:4242:1:abc"  # another host, silent for longer than the lease
     job_id = catalog.register_job(
-        plan.spec, plan.plate, None, output_root=plan.layout.root, owner=dead
+        plan.spec, plan.plate, None, output_root=plan.paths.root, owner=dead
     )
     with catalog.engine.begin() as conn:
         conn.execute(JobFrame.__table__.insert().values(
             job_id=job_id, frame=1001, status="done", timings={}, worker=None))  # fmt: skip
     new_id = catalog.register_job(
-        plan.spec, plan.plate, None, output_root=plan.layout.root, owner="x:1:1:y", lease_s=0
+        plan.spec, plan.plate, None, output_root=plan.paths.root, owner="x:1:1:y", lease_s=0
     )
     assert new_id != job_id
     closed = queries.jobs(catalog.engine, job_id=job_id)[0]
@@ -214,11 +214,11 @@ def test_a_live_job_refuses_a_second_on_the_same_outputs(home):
     owner = start_run()  # a run in progress in this process
     try:
         job_id = catalog.register_job(
-            plan.spec, plan.plate, None, output_root=plan.layout.root, owner=owner
+            plan.spec, plan.plate, None, output_root=plan.paths.root, owner=owner
         )
         with pytest.raises(JobConflict) as raised:
             catalog.register_job(
-                plan.spec, plan.plate, None, output_root=plan.layout.root, owner=start_run()
+                plan.spec, plan.plate, None, output_root=plan.paths.root, owner=start_run()
             )
         assert raised.value.job["id"] == job_id
         assert f"job {job_id} is already running demo/sq010/sh010" in str(raised.value)

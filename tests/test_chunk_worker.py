@@ -11,10 +11,10 @@ import OpenEXR
 import pytest
 
 from schemas.spec import parse_spec
-from storage.zarr_store import create_shot_store, read_frame
+from storage.zarr_store import create_shot_store, read_stored_frame
 from tasks.checkpoints import resolve_checkpoints
 from tasks.chunk_worker import ChunkJob, default_focal, process_chunk
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 from tests.shot_helpers import SMALL, make_plate, spec_data
 
 FRAMES = (1001, 1002, 1003, 1004, 1005)
@@ -34,9 +34,9 @@ def shot(tmp_path_factory):
     checkpoints = resolve_checkpoints(
         spec.model_passes, "tiny", untrained_dir=root / "ckpt"
     ).checkpoints
-    layout = ShotLayout.for_shot(str(root / "out"), "demo", "sq010", "sh010", "v001")
+    paths = ShotOutputPaths.for_shot(str(root / "out"), "demo", "sq010", "sh010", "v001")
     w, h = SMALL
-    create_shot_store(layout.zarr, FRAMES, h, w, spec.passes, spec.max_people, {}, 8)
+    create_shot_store(paths.zarr, FRAMES, h, w, spec.passes, spec.max_people, {}, 8)
     job = ChunkJob(
         index=0,
         frames=FRAMES,
@@ -45,7 +45,7 @@ def shot(tmp_path_factory):
         spec=spec.model_dump(mode="json"),
         plate_colorspace="Linear Rec.709 (sRGB)",
         checkpoints=checkpoints,
-        layout=layout,
+        paths=paths,
         frame_hw=(h, w),
         provenance={"svfx/job": "7"},
     )
@@ -69,7 +69,7 @@ def test_exr_parts_provenance_and_values(shot):
     done = next(f for f in summary.frames if f.frame == 1002)
     exr = [o for o in done.outputs if o.kind == "exr"]
     assert {o.part for o in exr} == {"N", "P", "albedo", "matte", "CryptoBodyPart", "seg"}
-    path = job.layout.exr(1002)
+    path = job.paths.exr(1002)
     assert {o.uri for o in exr} == {path}
     with OpenEXR.File(path) as f:
         names = [part.name() for part in f.parts]
@@ -81,7 +81,7 @@ def test_exr_parts_provenance_and_values(shot):
         seg_id = f.parts[5].channels["seg.id"].pixels
     assert normals.shape == (180, 320, 3) and normals.dtype == np.float16
     np.testing.assert_allclose(np.linalg.norm(normals.astype(np.float32), axis=-1), 1, atol=2e-3)
-    stored = read_frame(job.layout.zarr, 1)
+    stored = read_stored_frame(job.paths.zarr, 1)
     np.testing.assert_array_equal(stored["normal"], normals)
     np.testing.assert_array_equal(stored["seg"], seg_id.astype(np.uint8))
     assert stored["pose"].shape == (20, 308, 3)

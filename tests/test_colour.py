@@ -9,7 +9,7 @@ import pytest
 
 import tasks.colour as colour
 from storage.frame import Frame
-from storage.readers import read_frame
+from storage.plate_reader import read_plate_frame
 from tasks.colour import (
     MODEL_ENCODING,
     ColourConversion,
@@ -212,11 +212,13 @@ def test_guess_float_exr_without_metadata_is_acescg() -> None:
 
 
 def test_guess_follows_exr_chromaticities(tmp_path: Path) -> None:
-    rec709 = read_frame(str(write_exr(tmp_path / "a.exr", chromaticities=REC709_CHROMATICITIES)))
+    rec709 = read_plate_frame(
+        str(write_exr(tmp_path / "a.exr", chromaticities=REC709_CHROMATICITIES))
+    )
     guess = guess_colourspace(rec709)
     assert guess.colourspace == "Linear Rec.709 (sRGB)"
     assert guess.certain and "chromaticities" in guess.reason
-    ap1 = read_frame(str(write_exr(tmp_path / "b.exr", chromaticities=AP1_CHROMATICITIES)))
+    ap1 = read_plate_frame(str(write_exr(tmp_path / "b.exr", chromaticities=AP1_CHROMATICITIES)))
     assert guess_colourspace(ap1).colourspace == "ACEScg"
     odd = _float_frame(chromaticities=(0.5, 0.3, 0.3, 0.5, 0.2, 0.1, 0.3, 0.3))
     assert guess_colourspace(odd).colourspace == "ACEScg"
@@ -231,7 +233,7 @@ def test_guess_follows_an_explicit_interop_id() -> None:
 
 @pytest.mark.parametrize(("name", "bits"), [("a.png", 8), ("a.jpg", 8), ("a.tif", 16)])
 def test_guess_integer_images_are_srgb(tmp_path: Path, name: str, bits: int) -> None:
-    frame = read_frame(str(write_image(tmp_path / name, code_ramp(2, 3, bits), bits)))
+    frame = read_plate_frame(str(write_image(tmp_path / name, code_ramp(2, 3, bits), bits)))
     guess = guess_colourspace(frame)
     assert guess.colourspace == "sRGB Encoded Rec.709 (sRGB)"
     assert guess.reason
@@ -250,7 +252,7 @@ def test_guess_dpx_reads_the_transfer_field(
 ) -> None:
     attributes = {"dpx:Transfer": transfer} if transfer else None
     path = write_image(tmp_path / "p.dpx", code_ramp(2, 3, 10), 10, attributes)
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     guess = guess_colourspace(frame)
     assert guess.colourspace == expected
     assert guess.certain is certain

@@ -50,7 +50,7 @@ def test_a_full_disk_fails_frames_by_output_and_leaves_no_orphan(tmp_path, small
     pattern = make_plate(tmp_path / "plates", frames=3)
     spec = parse_spec(spec_data(pattern, tmp_path / "out", passes="matte", chunk_frames=3))
     plan = plan_shot(spec, settings)
-    store = Path(plan.layout.zarr)
+    store = Path(plan.paths.zarr)
     create_store(plan, {})  # the store's metadata, then moved onto the small disk
     shutil.move(store, tmp_path / "saved.zarr")
     shutil.copytree(tmp_path / "saved.zarr", small_disk(store), dirs_exist_ok=True)
@@ -66,7 +66,7 @@ def test_a_full_disk_fails_frames_by_output_and_leaves_no_orphan(tmp_path, small
             assert f"{store}/matte" in why, why
             assert "No space left on device" in why, why
             assert "astronaut" not in why, "the message must name the output, not the plate"
-        assert list(Path(plan.layout.root).glob("*.exr")) == [], "a failed frame's EXR stays"
+        assert list(Path(plan.paths.root).glob("*.exr")) == [], "a failed frame's EXR stays"
         rows = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", limit=100)
         assert rows == []
 
@@ -74,4 +74,4 @@ def test_a_full_disk_fails_frames_by_output_and_leaves_no_orphan(tmp_path, small
         again = run_planned_shot(plan_shot(spec, settings), catalog, client)
     assert again.status == "complete", again.failed
     assert sorted(again.done) == [1001, 1002, 1003]
-    assert len(list(Path(plan.layout.root).glob("*.exr"))) == 3
+    assert len(list(Path(plan.paths.root).glob("*.exr"))) == 3

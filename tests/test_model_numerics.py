@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bench.reference_model import backbone_forward, model_forward
 from sapiens.backbone import Attention
-from sapiens.reference import backbone_forward, model_forward
 from tests.model_helpers import SMALL_HW, max_err, rel_err, tiny
 
 TOL = 1e-4

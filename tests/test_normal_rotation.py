@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from bench.standins import IdentityModel
 from tasks.blending import FrameBlender
 from tasks.normal_rotation import (
     normalize_vectors,
@@ -15,7 +16,6 @@ from tasks.normal_rotation import (
     tile_center_ray,
     tile_rotation,
 )
-from tasks.standins import IdentityModel
 from tasks.tiling import Feather, Region, Tile, extract_tiles, plan_frame
 
 FRAME_HW = (2160, 3840)

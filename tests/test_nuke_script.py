@@ -1,5 +1,5 @@
 """The shot's Nuke script, checked by parsing the text back (tests/nuke_parse.py): node
-classes, knobs, paths, frame ranges, colour handling per pass, layout, and quoting that no
+classes, knobs, paths, frame ranges, colour handling per pass, paths, and quoting that no
 path or name can break out of."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from storage.exr_writer import write_passes_exr
 from storage.frame import Frame
 from storage.nuke_script import NukeNode, NukeScript, quote, render, tcl_literal
-from tasks.layout import ShotLayout
+from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import (
     NODE_SIZE,
     READ_SIZE,
@@ -60,14 +60,14 @@ HOSTILE = [
 ]
 
 
-def _layout(tmp_path: Path, **kw: Any) -> ShotLayout:
-    return ShotLayout.for_shot(str(tmp_path / "passes"), "abc", "sq010", "sh020", "v001", **kw)
+def _layout(tmp_path: Path, **kw: Any) -> ShotOutputPaths:
+    return ShotOutputPaths.for_shot(str(tmp_path / "passes"), "abc", "sq010", "sh020", "v001", **kw)
 
 
-def _script(layout: ShotLayout, passes: Sequence[str] = ALL, **kw: Any) -> NkScript:
+def _script(paths: ShotOutputPaths, passes: Sequence[str] = ALL, **kw: Any) -> NkScript:
     args: dict[str, Any] = {"frames": range(1001, 1025), "image_size": (64, 36)} | kw
     frames = args.pop("frames")
-    return parse(render(build_shot_script(layout, frames, passes, **args)))
+    return parse(render(build_shot_script(paths, frames, passes, **args)))
 
 
 def _inside(node: NkNode, backdrop: NkNode, size: tuple[int, int]) -> bool:
@@ -91,8 +91,8 @@ def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool
 
 
 def test_every_pass_gives_reads_shuffles_cryptomatte_and_backdrops(tmp_path: Path) -> None:
-    layout = _layout(tmp_path)
-    nk = _script(layout, fps=23.976, pixel_aspect=2.0, albedo_colorspace="ACEScg")
+    paths = _layout(tmp_path)
+    nk = _script(paths, fps=23.976, pixel_aspect=2.0, albedo_colorspace="ACEScg")
     assert nk.version == "13.0 v1"
     assert nk.root["first_frame"] == "1001" and nk.root["last_frame"] == "1024"
     assert nk.root["fps"] == "23.976" and nk.root["lock_range"] == "true"
@@ -104,7 +104,7 @@ def test_every_pass_gives_reads_shuffles_cryptomatte_and_backdrops(tmp_path: Pat
     data, albedo = nk.node("Read_data"), nk.node("Read_albedo")
     for read in (data, albedo):
         assert read.inputs == ()
-        assert read.knobs["file"] == layout.exr_pattern
+        assert read.knobs["file"] == paths.exr_pattern
         assert read.knobs["file"].endswith("/sh020_sapiens2_v001.%04d.exr")
         assert read.knobs["file_type"] == "exr"
         assert (read.knobs["first"], read.knobs["last"]) == ("1001", "1024")
@@ -267,44 +267,44 @@ def test_the_parser_refuses_what_nuke_would_substitute() -> None:
     ],
 )
 def test_hostile_paths_and_names_stay_text(tmp_path: Path, root: str, name: str) -> None:
-    layout = ShotLayout(root=str(tmp_path / root), name=name)
-    nk = _script(layout)
+    paths = ShotOutputPaths(root=str(tmp_path / root), name=name)
+    nk = _script(paths)
     for read in nk.of_class("Read"):
         assert not evaluates_tcl(read.knobs["file"])
-        assert tcl_unliteral(read.knobs["file"]) == layout.exr_pattern
+        assert tcl_unliteral(read.knobs["file"]) == paths.exr_pattern
     for node in nk.nodes:
         assert not evaluates_tcl(node.knobs.get("label", "")), node.name
     assert tcl_unliteral(nk.node("Backdrop_read").knobs["label"]).startswith(name + "\n")
 
 
 def test_s3_paths_are_written_as_given_and_flagged(tmp_path: Path) -> None:
-    layout = ShotLayout.for_shot("s3://bucket/passes", "abc", "sq010", "sh020", "v001")
-    nk = _script(layout, ("normal",))
-    assert nk.node("Read_data").knobs["file"] == layout.exr_pattern
-    assert layout.exr_pattern.startswith("s3://bucket/passes/abc/sq010/sh020/")
+    paths = ShotOutputPaths.for_shot("s3://bucket/passes", "abc", "sq010", "sh020", "v001")
+    nk = _script(paths, ("normal",))
+    assert nk.node("Read_data").knobs["file"] == paths.exr_pattern
+    assert paths.exr_pattern.startswith("s3://bucket/passes/abc/sq010/sh020/")
     assert "s3://" in nk.node("Backdrop_read").knobs["label"]
     local = _script(_layout(tmp_path), ("normal",))
     assert "s3" not in local.node("Backdrop_read").knobs["label"].lower()
 
 
 def test_written_beside_the_exrs_atomically(tmp_path: Path) -> None:
-    layout = _layout(tmp_path)
+    paths = _layout(tmp_path)
     uri = write_shot_nuke_script(
-        layout, range(1001, 1011), ALL, image_size=(64, 36), data_window=(0, 0, 63, 35)
+        paths, range(1001, 1011), ALL, image_size=(64, 36), data_window=(0, 0, 63, 35)
     )
-    assert uri == layout.nuke_script == f"{layout.root}/{layout.name}.nk"
+    assert uri == paths.nuke_script == f"{paths.root}/{paths.name}.nk"
     path = Path(uri)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     nk = parse(path.read_text(encoding="utf-8"))
-    assert nk.node("Read_data").knobs["file"] == layout.exr_pattern
+    assert nk.node("Read_data").knobs["file"] == paths.exr_pattern
 
 
 def test_pose_only_writes_nothing(tmp_path: Path) -> None:
-    layout = _layout(tmp_path)
-    assert write_shot_nuke_script(layout, [1], ("pose",), image_size=(8, 8)) is None
-    assert not Path(layout.root).exists()
+    paths = _layout(tmp_path)
+    assert write_shot_nuke_script(paths, [1], ("pose",), image_size=(8, 8)) is None
+    assert not Path(paths.root).exists()
     with pytest.raises(ValueError, match="nothing in the EXR"):
-        build_shot_script(layout, [1], ("pose",), image_size=(8, 8))
+        build_shot_script(paths, [1], ("pose",), image_size=(8, 8))
 
 
 @pytest.mark.parametrize(
@@ -319,11 +319,11 @@ def test_pose_only_writes_nothing(tmp_path: Path) -> None:
     ],
 )
 def test_bad_inputs_say_which_file_and_why(tmp_path: Path, kw: dict[str, Any], reason: str) -> None:
-    layout = _layout(tmp_path)
+    paths = _layout(tmp_path)
     args: dict[str, Any] = {"frames": [1], "passes": ("normal",), "image_size": (64, 36)} | kw
     with pytest.raises(ValueError, match=reason) as err:
-        build_shot_script(layout, args.pop("frames"), args.pop("passes"), **args)
-    assert layout.nuke_script in str(err.value) or "unknown passes" in str(err.value)
+        build_shot_script(paths, args.pop("frames"), args.pop("passes"), **args)
+    assert paths.nuke_script in str(err.value) or "unknown passes" in str(err.value)
 
 
 def test_writer_refuses_what_it_cannot_write() -> None:
@@ -360,7 +360,7 @@ def test_one_read_feeds_many_through_the_stack() -> None:
 
 
 def test_layout_names_the_script() -> None:
-    layout = ShotLayout.for_shot("/out", "abc", "sq010", "sh020", "v001", element="bg01")
+    paths = ShotOutputPaths.for_shot("/out", "abc", "sq010", "sh020", "v001", element="bg01")
     assert (
-        layout.nuke_script == "/out/abc/sq010/sh020/bg01/sapiens2_v001/sh020_bg01_sapiens2_v001.nk"
+        paths.nuke_script == "/out/abc/sq010/sh020/bg01/sapiens2_v001/sh020_bg01_sapiens2_v001.nk"
     )

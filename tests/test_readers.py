@@ -13,7 +13,7 @@ import pytest
 
 import storage.checksum as checksum
 from storage.checksum import sha256_bytes, sha256_file
-from storage.readers import decode_frame, read_frame
+from storage.plate_reader import decode_frame, read_plate_frame
 from tests.plates import (
     REC709_CHROMATICITIES,
     code_ramp,
@@ -40,7 +40,7 @@ def test_exr_pixel_types_round_trip_exactly(
     else:
         values = (ramp(6, 8, 3, seed=3) * 1000 - 500).astype(dtype)  # negatives, > 1
     path = write_exr(tmp_path / "plate.1001.exr", channels=rgb_channels(values))
-    frame = read_frame(str(path), frame=1001)
+    frame = read_plate_frame(str(path), frame=1001)
     assert frame.pixels.dtype == np.float32
     np.testing.assert_array_equal(frame.pixels, values.astype(np.float32))
     assert frame.source_type == source_type
@@ -53,7 +53,7 @@ def test_exr_pixel_types_round_trip_exactly(
 def test_exr_rgba_keeps_alpha_in_order(tmp_path: Path) -> None:
     values = ramp(4, 5, 4, seed=1).astype(np.float16)
     path = write_exr(tmp_path / "a.exr", channels=rgb_channels(values))
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     assert frame.channels == ("R", "G", "B", "A")
     np.testing.assert_array_equal(frame.pixels, values.astype(np.float32))
 
@@ -63,7 +63,7 @@ def test_exr_mixed_half_and_float_channels(tmp_path: Path) -> None:
     chans = rgb_channels(values)
     chans["G"] = chans["G"].astype(np.float16)
     path = write_exr(tmp_path / "mixed.exr", channels=chans)
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     assert frame.source_type == "float+half"
     np.testing.assert_array_equal(frame.pixels[..., 1], chans["G"].astype(np.float32))
     np.testing.assert_array_equal(frame.pixels[..., 0], values[..., 0])
@@ -80,20 +80,20 @@ def test_multipart_exr_picks_parts_by_layer(tmp_path: Path) -> None:
             "beauty": rgb_channels(beauty),  # a part named like the layer, plain R,G,B
         },
     )
-    np.testing.assert_array_equal(read_frame(str(path)).pixels, rgba)
-    picked = read_frame(str(path), layer="plate")
+    np.testing.assert_array_equal(read_plate_frame(str(path)).pixels, rgba)
+    picked = read_plate_frame(str(path), layer="plate")
     np.testing.assert_array_equal(picked.pixels, plate)
     assert picked.channels == ("plate.R", "plate.G", "plate.B")
-    np.testing.assert_array_equal(read_frame(str(path), layer="beauty").pixels, beauty)
+    np.testing.assert_array_equal(read_plate_frame(str(path), layer="beauty").pixels, beauty)
 
 
 def test_single_part_layer_by_channel_prefix(tmp_path: Path) -> None:
     base, plate = ramp(seed=20), ramp(seed=21)
     chans = {**rgb_channels(base), **rgb_channels(plate, prefix="plate.")}
     path = write_exr(tmp_path / "layers.exr", channels=chans)
-    np.testing.assert_array_equal(read_frame(str(path)).pixels, base)
-    np.testing.assert_array_equal(read_frame(str(path), layer="plate").pixels, plate)
-    np.testing.assert_array_equal(read_frame(str(path), layer="rgba").pixels, base)
+    np.testing.assert_array_equal(read_plate_frame(str(path)).pixels, base)
+    np.testing.assert_array_equal(read_plate_frame(str(path), layer="plate").pixels, plate)
+    np.testing.assert_array_equal(read_plate_frame(str(path), layer="rgba").pixels, base)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_data_and_display_windows_are_kept(
         dataWindow=window(*data_window),
         displayWindow=window(*display_window),
     )
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     assert frame.data_window == data_window
     assert frame.display_window == display_window
     assert (frame.height, frame.width) == (height, width)
@@ -135,7 +135,7 @@ def test_pixel_aspect_timecode_and_attributes_are_kept_and_writable(tmp_path: Pa
         framesPerSecond=(24, 1),
         capDate="2026:01:02 03:04:05",
     )
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     assert frame.pixel_aspect == 2.0
     tc = frame.attributes["timeCode"]
     assert (tc.hours, tc.minutes, tc.seconds, tc.frame) == (1, 2, 3, 4)
@@ -148,7 +148,7 @@ def test_pixel_aspect_timecode_and_attributes_are_kept_and_writable(tmp_path: Pa
     # What the reader kept can be written straight back into an output header.
     out = tmp_path / "copy.exr"
     OpenEXR.File(exr_header(**frame.attributes), rgb_channels(frame.pixels)).write(str(out))
-    again = read_frame(str(out))
+    again = read_plate_frame(str(out))
     assert again.attributes["timeCode"] == tc
     assert again.attributes["owner"] == "plates dept"
     np.testing.assert_array_equal(again.attributes["framesPerSecond"], [24, 1])
@@ -170,7 +170,7 @@ def test_pixel_aspect_timecode_and_attributes_are_kept_and_writable(tmp_path: Pa
 def test_integer_images_scale_code_values_exactly(tmp_path: Path, name: str, bits: int) -> None:
     codes = code_ramp(4, 16, bits)
     path = write_image(tmp_path / name, codes, bits)
-    frame = read_frame(str(path), frame=7)
+    frame = read_plate_frame(str(path), frame=7)
     expected = codes.astype(np.float32) / np.float32(2**bits - 1)
     np.testing.assert_array_equal(frame.pixels, expected)
     assert frame.pixels.min() == 0.0 and frame.pixels.max() == 1.0
@@ -183,7 +183,7 @@ def test_integer_images_scale_code_values_exactly(tmp_path: Path, name: str, bit
 def test_ten_bit_dpx_reads_code_over_1023(tmp_path: Path) -> None:
     codes = np.array([[[0, 1, 512], [64, 940, 1023]]])
     path = write_image(tmp_path / "log.dpx", codes, 10, {"dpx:Transfer": "Logarithmic"})
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     np.testing.assert_array_equal(frame.pixels, codes.astype(np.float32) / np.float32(1023))
     assert frame.attributes["oiio:BitsPerSample"] == 10
     assert frame.attributes["dpx:Transfer"] == "Logarithmic"
@@ -192,14 +192,14 @@ def test_ten_bit_dpx_reads_code_over_1023(tmp_path: Path) -> None:
 def test_jpeg_reads_eight_bit_values(tmp_path: Path) -> None:
     codes = np.full((8, 8, 3), (200, 100, 50))  # flat colour survives JPEG almost exactly
     path = write_image(tmp_path / "ref.jpg", codes, 8)
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     assert frame.bit_depth == 8
     np.testing.assert_allclose(frame.pixels, codes / 255.0, atol=3 / 255)
 
 
 def test_rgba_png_keeps_alpha(tmp_path: Path) -> None:
     codes = code_ramp(3, 5, 8, channels=4)
-    frame = read_frame(str(write_image(tmp_path / "a.png", codes, 8)))
+    frame = read_plate_frame(str(write_image(tmp_path / "a.png", codes, 8)))
     assert frame.channels == ("R", "G", "B", "A")
     np.testing.assert_array_equal(frame.pixels, codes.astype(np.float32) / np.float32(255))
 
@@ -213,7 +213,7 @@ def test_float_tiff_is_read_unscaled(tmp_path: Path) -> None:
     output.open(str(path), oiio.ImageSpec(4, 3, 3, "float"))
     output.write_image(values)
     output.close()
-    frame = read_frame(str(path))
+    frame = read_plate_frame(str(path))
     np.testing.assert_array_equal(frame.pixels, values)
     assert frame.source_type == "float"
 
@@ -230,28 +230,28 @@ def test_read_from_s3_exr_png_and_dpx(
     codes8 = code_ramp(4, 6, 8)
     fs.put(str(write_image(tmp_path / "x.png", codes8, 8)), f"{bucket}/p/plate.1001.png")
 
-    exr = read_frame(f"{bucket}/p/plate.1001.exr", frame=1001, storage_options=options)
+    exr = read_plate_frame(f"{bucket}/p/plate.1001.exr", frame=1001, storage_options=options)
     np.testing.assert_array_equal(exr.pixels, values.astype(np.float32))
     assert exr.pixel_aspect == 2.0
-    dpx = read_frame(f"{bucket}/p/plate.1001.dpx", storage_options=options)
+    dpx = read_plate_frame(f"{bucket}/p/plate.1001.dpx", storage_options=options)
     np.testing.assert_array_equal(dpx.pixels, codes.astype(np.float32) / np.float32(1023))
     assert dpx.bit_depth == 10
-    png = read_frame(f"{bucket}/p/plate.1001.png", storage_options=options)
+    png = read_plate_frame(f"{bucket}/p/plate.1001.png", storage_options=options)
     np.testing.assert_array_equal(png.pixels, codes8.astype(np.float32) / np.float32(255))
 
     data = fs.cat_file(f"{bucket}/p/plate.1001.exr")
     assert sha256_file(f"{bucket}/p/plate.1001.exr", options) == hashlib.sha256(data).hexdigest()
 
 
-def test_decode_frame_from_bytes_matches_read_frame(tmp_path: Path) -> None:
+def test_decode_frame_from_bytes_matches_read_plate_frame(tmp_path: Path) -> None:
     path = write_exr(tmp_path / "b.exr", ramp(seed=4))
     data = path.read_bytes()
     from_bytes = decode_frame(data, str(path), frame=3)
-    np.testing.assert_array_equal(from_bytes.pixels, read_frame(str(path)).pixels)
+    np.testing.assert_array_equal(from_bytes.pixels, read_plate_frame(str(path)).pixels)
     assert from_bytes.frame == 3
     png = write_image(tmp_path / "b.png", code_ramp(2, 3, 8), 8)
     decoded = decode_frame(png.read_bytes(), "s3://bucket/b.png")
-    np.testing.assert_array_equal(decoded.pixels, read_frame(str(png)).pixels)
+    np.testing.assert_array_equal(decoded.pixels, read_plate_frame(str(png)).pixels)
 
 
 def test_sha256_streams_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,7 +272,7 @@ def test_frame_rate_rational_is_kept(tmp_path) -> None:
     import numpy as np
     import OpenEXR
 
-    from storage.readers import read_frame
+    from storage.plate_reader import read_plate_frame
 
     path = tmp_path / "plate.1001.exr"
     header = {
@@ -281,4 +281,4 @@ def test_frame_rate_rational_is_kept(tmp_path) -> None:
         "framesPerSecond": Fraction(24000, 1001),
     }
     OpenEXR.File(header, {"RGB": np.full((4, 6, 3), 0.5, np.float32)}).write(str(path))
-    assert read_frame(str(path), 1001).attributes["framesPerSecond"] == Fraction(24000, 1001)
+    assert read_plate_frame(str(path), 1001).attributes["framesPerSecond"] == Fraction(24000, 1001)

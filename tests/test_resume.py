@@ -49,7 +49,7 @@ def shot(tmp_path_factory, client):
 
         first = submit()
         assert first.status == "complete" and sorted(first.done) == FRAMES
-        yield home, submit, plan_shot(spec, settings).layout
+        yield home, submit, plan_shot(spec, settings).paths
 
 
 def _redone(result: ShotResult) -> list[int]:
@@ -67,52 +67,52 @@ def _every_frame_stored(zarr_uri: str) -> bool:
 @pytest.mark.parametrize(
     ("what", "damage", "frames"),
     [
-        ("nothing", lambda layout: None, []),
-        ("an EXR deleted", lambda layout: Path(layout.exr(1002)).unlink(), [1002]),
+        ("nothing", lambda paths: None, []),
+        ("an EXR deleted", lambda paths: Path(paths.exr(1002)).unlink(), [1002]),
         (
             "an EXR cut short",
-            lambda layout: Path(layout.exr(1003)).write_bytes(
-                Path(layout.exr(1003)).read_bytes()[:1000]
+            lambda paths: Path(paths.exr(1003)).write_bytes(
+                Path(paths.exr(1003)).read_bytes()[:1000]
             ),
             [1003],
         ),
-        ("a preview deleted", lambda layout: Path(layout.preview("seg", 1004)).unlink(), [1004]),
-        ("the Zarr store deleted", lambda layout: shutil.rmtree(layout.zarr), FRAMES),
+        ("a preview deleted", lambda paths: Path(paths.preview("seg", 1004)).unlink(), [1004]),
+        ("the Zarr store deleted", lambda paths: shutil.rmtree(paths.zarr), FRAMES),
         (
             "the Zarr store recreated empty",
-            lambda layout: create_shot_store(
-                layout.zarr, FRAMES, 180, 320, ["normal", "seg"], 20, {}, 2, overwrite=True
+            lambda paths: create_shot_store(
+                paths.zarr, FRAMES, 180, 320, ["normal", "seg"], 20, {}, 2, overwrite=True
             ),
             FRAMES,
         ),
         (
             "the Zarr store's metadata lost",
-            lambda layout: Path(layout.zarr, "zarr.json").unlink(),
+            lambda paths: Path(paths.zarr, "zarr.json").unlink(),
             FRAMES,
         ),
         (
             "one shard of one array lost",
-            lambda layout: _remove_shard(layout, "seg", 1),
+            lambda paths: _remove_shard(paths, "seg", 1),
             [1003, 1004],
         ),
     ],
 )
 def test_a_resubmit_redoes_exactly_what_was_lost(shot, what, damage, frames):
-    _home, submit, layout = shot
-    damage(layout)
+    _home, submit, paths = shot
+    damage(paths)
     assert _redone(submit()) == frames, what
-    assert _every_frame_stored(layout.zarr), what
+    assert _every_frame_stored(paths.zarr), what
 
 
-def _remove_shard(layout, array: str, shard: int) -> None:
-    (Path(layout.zarr) / array / "c" / str(shard) / "0" / "0").unlink()
+def _remove_shard(paths, array: str, shard: int) -> None:
+    (Path(paths.zarr) / array / "c" / str(shard) / "0" / "0").unlink()
 
 
 def test_outputs_the_catalog_does_not_know_are_recorded_not_recomputed(shot, tmp_path):
-    _home, submit, layout = shot
+    _home, submit, paths = shot
     assert _redone(submit()) == []  # settled
     # same size, other bytes: only a checksum can tell
-    tampered = Path(layout.exr(1002))
+    tampered = Path(paths.exr(1002))
     data = bytearray(tampered.read_bytes())
     data[-10] ^= 0xFF
     tampered.write_bytes(bytes(data))

@@ -127,7 +127,7 @@ def test_permanent_errors_are_not_retried():
 
 
 def test_a_throttled_frame_read_waits_then_a_dead_store_fails_that_frame(s3_bucket, monkeypatch):
-    from storage import readers
+    from storage import plate_reader as readers
     from storage.errors import FrameError
 
     url, options = s3_bucket

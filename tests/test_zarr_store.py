@@ -18,7 +18,7 @@ from storage.zarr_store import (
     close_store,
     create_shot_store,
     frames_by_shard,
-    read_frame,
+    read_stored_frame,
     shard_of,
     write_frame,
 )
@@ -118,8 +118,8 @@ def test_local_round_trip_and_unwritten_frames(tmp_path: Path) -> None:
     for index, arrays in sent.items():
         assert sorted(write_frame(uri, index, arrays)) == sorted(ALL_PASSES)
     for index, arrays in sent.items():
-        _check_frame(read_frame(uri, index), arrays)
-    untouched = read_frame(uri, 1)
+        _check_frame(read_stored_frame(uri, index), arrays)
+    untouched = read_stored_frame(uri, 1)
     assert np.isnan(untouched["normal"]).all() and np.isnan(untouched["pose"]).all()
     assert (untouched["seg"] == SEG_FILL).all()
 
@@ -141,7 +141,7 @@ def test_s3_round_trip(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     _create(uri, options=options)
     arrays = _frame_arrays(3)
     write_frame(uri, 3, arrays, storage_options=options)
-    _check_frame(read_frame(uri, 3, storage_options=options), arrays)
+    _check_frame(read_stored_frame(uri, 3, storage_options=options), arrays)
     group = zarr.open_group(uri, mode="r", storage_options=options)
     assert group.attrs["provenance"] == PROVENANCE
     np.testing.assert_array_equal(group["frame"][:], FRAMES)
@@ -177,7 +177,7 @@ def test_shard_groups_never_overlap_between_writers(tmp_path: Path) -> None:
     shard_dirs = sorted(p.name for p in (tmp_path / "par.zarr" / "normal" / "c").iterdir())
     assert shard_dirs == ["0", "1", "2"]
     for index, frame in enumerate(FRAMES):
-        _check_frame(read_frame(uri, index), _frame_arrays(frame))
+        _check_frame(read_stored_frame(uri, index), _frame_arrays(frame))
 
 
 def test_existing_store_is_kept_or_refused(tmp_path: Path) -> None:
@@ -186,11 +186,11 @@ def test_existing_store_is_kept_or_refused(tmp_path: Path) -> None:
     matte = np.full((HEIGHT, WIDTH), 0.5, dtype=np.float32)
     write_frame(uri, 0, {"matte": matte})
     _create(uri, passes=["matte"])  # same layout: kept, frame 0 survives
-    np.testing.assert_array_equal(read_frame(uri, 0)["matte"], matte)
+    np.testing.assert_array_equal(read_stored_frame(uri, 0)["matte"], matte)
     with pytest.raises(StorageError, match="different layout"):
         _create(uri, passes=["matte", "seg"])
     _create(uri, passes=["matte", "seg"], overwrite=True)
-    assert np.isnan(read_frame(uri, 0)["matte"]).all()
+    assert np.isnan(read_stored_frame(uri, 0)["matte"]).all()
 
 
 def test_bad_frames_raise_frame_errors(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ def test_bad_frames_raise_frame_errors(tmp_path: Path) -> None:
     with pytest.raises(FrameError, match="outside"):
         write_frame(uri, 7, {"seg": np.zeros((HEIGHT, WIDTH), np.uint8)})
     with pytest.raises(StorageError, match="no shot store"):
-        read_frame(str(tmp_path / "missing.zarr"), 0)
+        read_stored_frame(str(tmp_path / "missing.zarr"), 0)
 
 
 def test_extra_people_keep_the_most_confident(tmp_path: Path) -> None:
@@ -218,5 +218,5 @@ def test_extra_people_keep_the_most_confident(tmp_path: Path) -> None:
         for i in range(5)
     ]
     write_frame(uri, 0, {"pose": people})
-    pose = read_frame(uri, 0)["pose"]
+    pose = read_stored_frame(uri, 0)["pose"]
     assert sorted(pose[:, 0, 0].tolist()) == [2.0, 3.0, 4.0]

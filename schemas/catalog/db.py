@@ -37,7 +37,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from schemas.catalog.errors import CatalogDamaged
 
 if TYPE_CHECKING:
-    from schemas.catalog.catalog import Catalog
+    from schemas.catalog.writer import Catalog
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "catalog_alembic_version"
@@ -186,7 +186,7 @@ def open_catalog(url: str, *, retry_s: float | None = None) -> Catalog:
     Raises CatalogDamaged for a file that is not a SQLite database (truncated, overwritten).
     ``retry_s`` bounds how long each write waits for the database (a restart, a lock).
     """
-    from schemas.catalog.catalog import Catalog
+    from schemas.catalog.writer import Catalog
 
     key = (os.getpid(), parse_url(url).render_as_string(hide_password=False))
     with _CATALOGS_LOCK:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class ShotLayout:
+class ShotOutputPaths:
     root: str
     name: str
     padding: int = 4
@@ -35,7 +35,7 @@ class ShotLayout:
         version: str,
         padding: int = 4,
         element: str | None = None,
-    ) -> ShotLayout:
+    ) -> ShotOutputPaths:
         shot_dir = f"{output_root.rstrip('/')}/{show}/{sequence}/{shot}"
         if element:
             root = f"{shot_dir}/{element}/sapiens2_{version}"

@@ -1,7 +1,7 @@
-"""`read_frame`: one plate frame from a local path or `s3://` into a float32 Frame.
+"""`read_plate_frame`: one plate frame from a local path or `s3://` into a float32 Frame.
 
 EXR goes through the OpenEXR module (`storage.exr_reader`); DPX, TIFF, PNG, JPEG and the
-rest through OpenImageIO (`storage.image_reader`). The reader is picked by the file's
+rest through OpenImageIO (`storage.oiio_reader`). The reader is picked by the file's
 magic number, not its name, so a damaged `.exr` is reported as such.
 
 Remote objects are fetched whole into memory (one GET; one frame at a time). EXR is decoded
@@ -21,7 +21,7 @@ import numpy as np
 from storage.errors import FrameError, reading
 from storage.exr_reader import EXR_MAGIC, read_exr
 from storage.frame import Frame
-from storage.image_reader import read_image
+from storage.oiio_reader import read_oiio_image
 from storage.retry import RetryPolicy, with_retries
 from storage.uri import filesystem_for, is_remote
 
@@ -30,7 +30,7 @@ NONFINITE_ATTRIBUTE = "svfx/nonfinitePixelsZeroed"
 _EXR_SUFFIXES = (".exr", ".sxr")
 
 
-def read_frame(
+def read_plate_frame(
     uri: str,
     frame: int | None = None,
     layer: str | None = None,
@@ -53,7 +53,7 @@ def read_frame(
         decoded = read_exr(path, uri, frame, layer)
     else:
         _reject_fake_exr(magic, uri, frame)
-        decoded = read_image(path, uri, frame, layer)
+        decoded = read_oiio_image(path, uri, frame, layer)
     return apply_nonfinite_policy(decoded, nonfinite)
 
 
@@ -146,4 +146,4 @@ def _read_image_bytes(data: bytes, uri: str, frame: int | None, layer: str | Non
         path = os.path.join(scratch, f"frame{suffix}")
         with open(path, "wb") as handle:
             handle.write(data)
-        return read_image(path, uri, frame, layer)
+        return read_oiio_image(path, uri, frame, layer)

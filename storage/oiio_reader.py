@@ -23,7 +23,9 @@ _FLOAT_TYPES = {oiio.HALF: ("half", 16), oiio.FLOAT: ("float", 32), oiio.DOUBLE:
 _DEFAULT_LAYERS = (None, "", "rgba", "RGBA")
 
 
-def read_image(path: str, uri: str, frame: int | None = None, layer: str | None = None) -> Frame:
+def read_oiio_image(
+    path: str, uri: str, frame: int | None = None, layer: str | None = None
+) -> Frame:
     """Read the first subimage of a local file through OpenImageIO into a float32 Frame."""
     image = oiio.ImageInput.open(path)
     if image is None:
