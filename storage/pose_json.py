@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,34 @@ COORDINATES = (
     "plate pixels of the data window: x right, y down, (0, 0) at the top-left corner of the "
     "data window's first pixel"
 )
+
+
+@dataclass(frozen=True)
+class PoseHeader:
+    """What the shot file says before its frames: the keypoints, the skeleton (names or
+    indices), the (width, height) of the data window the coordinates refer to, and where
+    they came from."""
+
+    keypoint_names: Sequence[str]
+    skeleton: Sequence[Sequence[Any]]
+    image_size: tuple[int, int]
+    data_window: Box | None = None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def opening(self) -> str:
+        """The JSON object up to (not including) its closing brace."""
+        names = [str(name) for name in self.keypoint_names]
+        header: dict[str, Any] = {
+            "format": POSE_FORMAT,
+            "image_size": {"width": int(self.image_size[0]), "height": int(self.image_size[1])},
+        }
+        if self.data_window is not None:
+            header["data_window"] = [int(value) for value in self.data_window]
+        header["coordinates"] = COORDINATES
+        header["keypoint_names"] = names
+        header["skeleton"] = _checked_skeleton(self.skeleton, names)
+        header["provenance"] = dict(self.provenance)
+        return json.dumps(header, ensure_ascii=False, allow_nan=False)[:-1]
 
 
 def person_record(person: Any, keypoint_count: int | None = None) -> dict[str, Any]:
@@ -70,32 +99,15 @@ def person_record(person: Any, keypoint_count: int | None = None) -> dict[str, A
 def write_pose_json(
     uri: str,
     frames: Iterable[tuple[int, Sequence[Any] | None]],
-    *,
-    keypoint_names: Sequence[str],
-    skeleton: Sequence[Sequence[Any]],
-    image_size: tuple[int, int],
-    data_window: Box | None = None,
-    provenance: Mapping[str, Any] | None = None,
+    header: PoseHeader,
     storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
     """Stream (frame, people) pairs into the shot's pose JSON, atomically.
 
-    `people` is a list of persons, or None for a frame whose pose is missing. `image_size` is
-    (width, height) of the data window the coordinates refer to.
+    `people` is a list of persons, or None for a frame whose pose is missing.
     """
-    names = [str(name) for name in keypoint_names]
-    header: dict[str, Any] = {
-        "format": POSE_FORMAT,
-        "image_size": {"width": int(image_size[0]), "height": int(image_size[1])},
-    }
-    if data_window is not None:
-        header["data_window"] = [int(value) for value in data_window]
-    header["coordinates"] = COORDINATES
-    header["keypoint_names"] = names
-    header["skeleton"] = _checked_skeleton(skeleton, names)
-    header["provenance"] = dict(provenance or {})
-    opening = json.dumps(header, ensure_ascii=False, allow_nan=False)[:-1]
-
+    opening = header.opening()
+    keypoint_count = len(header.keypoint_names)
     writer = atomic_open(uri, storage_options)
     missing: list[int] = []
     seen: set[int] = set()
@@ -111,7 +123,7 @@ def write_pose_json(
                 missing.append(frame)
                 continue
             try:
-                records = [person_record(person, len(names)) for person in people]
+                records = [person_record(person, keypoint_count) for person in people]
             except ValueError as exc:
                 raise FrameError(uri, frame, f"bad pose record: {exc}") from exc
             entry = json.dumps({str(frame): records}, allow_nan=False)[1:-1]
@@ -146,12 +158,7 @@ def assemble_pose_json(
     uri: str,
     fragments_uri: str,
     frames: Sequence[int],
-    *,
-    keypoint_names: Sequence[str],
-    skeleton: Sequence[Sequence[Any]],
-    image_size: tuple[int, int],
-    data_window: Box | None = None,
-    provenance: Mapping[str, Any] | None = None,
+    header: PoseHeader,
     storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
     """Flow side: stream the per-frame fragments into the shot JSON; absent ones are missing."""
@@ -171,16 +178,7 @@ def assemble_pose_json(
         except (KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{path}: malformed pose fragment: {exc}") from exc
 
-    return write_pose_json(
-        uri,
-        (load(int(frame)) for frame in frames),
-        keypoint_names=keypoint_names,
-        skeleton=skeleton,
-        image_size=image_size,
-        data_window=data_window,
-        provenance=provenance,
-        storage_options=storage_options,
-    )
+    return write_pose_json(uri, (load(int(frame)) for frame in frames), header, storage_options)
 
 
 def read_pose_json(uri: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES, SKELETON
-from storage.pose_json import assemble_pose_json
+from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
 from storage.uri import filesystem_for
@@ -45,12 +45,8 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
             job.paths.pose_json,
             job.paths.pose_fragments,
             job.frames,
-            keypoint_names=KEYPOINT_NAMES,
-            skeleton=SKELETON,
-            image_size=job.image_size,
-            data_window=job.data_window,
-            provenance=job.provenance,
-            storage_options=options,
+            PoseHeader(KEYPOINT_NAMES, SKELETON, job.image_size, job.data_window, job.provenance),
+            options,
         )
         written["pose_json"] = result.uri
     written.update(_nuke_script(job, options))

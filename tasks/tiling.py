@@ -181,62 +181,19 @@ def plan_frame(
     _check_arguments(height, width, pass_name, tile_hw, overlap, pad_multiple)
     if pad_mode not in ("zero", "edge"):
         raise ValueError(f"pad_mode must be 'zero' or 'edge', got {pad_mode!r}")
-    whole = Region(0, 0, height, width)
-    no_padding = Padding(0, 0, 0, 0)
-    no_feather = Feather(0, 0, 0, 0)
-
     if pass_name in UNTILED_PASSES:
-        return FramePlan(
-            pass_name=pass_name,
-            height=height,
-            width=width,
-            layout="none",
-            tile_shape=(0, 0),
-            overlap=0,
-            rows=0,
-            cols=0,
-            tiles=(),
-            padding=no_padding,
-            pad_mode=pad_mode,
-            note="pose: no tiles; crops come from person boxes (segmentation or matte)",
-        )
-
+        note = "pose: no tiles; crops come from person boxes (segmentation or matte)"
+        return _whole_frame_plan(pass_name, height, width, "none", None, pad_mode, note)
     if pass_name in WHOLE_FRAME_PASSES:
-        tile = Tile(0, 0, 0, whole, whole, (height, width), no_feather)
-        return FramePlan(
-            pass_name=pass_name,
-            height=height,
-            width=width,
-            layout="whole_frame",
-            tile_shape=(height, width),
-            overlap=0,
-            rows=1,
-            cols=1,
-            tiles=(tile,),
-            padding=no_padding,
-            pad_mode=pad_mode,
-            note="one whole-frame tile; the predictor letterboxes it to 1024x768 and back",
-        )
-
+        note = "one whole-frame tile; the predictor letterboxes it to 1024x768 and back"
+        return _whole_frame_plan(pass_name, height, width, "whole_frame", 1, pad_mode, note)
     if pass_name in PADDED_FRAME_PASSES:
-        padded_h = -(-height // pad_multiple) * pad_multiple
-        padded_w = -(-width // pad_multiple) * pad_multiple
-        padding = Padding(0, padded_h - height, 0, padded_w - width)
-        tile = Tile(0, 0, 0, whole, whole, (padded_h, padded_w), no_feather)
-        return FramePlan(
-            pass_name=pass_name,
-            height=height,
-            width=width,
-            layout="padded_frame",
-            tile_shape=(padded_h, padded_w),
-            overlap=0,
-            rows=1,
-            cols=1,
-            tiles=(tile,),
-            padding=padding,
-            pad_mode=pad_mode,
-            note=f"whole frame, {pad_mode}-padded at bottom/right to a multiple of "
-            f"{pad_multiple} px; keep only the tile's `valid` region of the output",
+        note = (
+            f"whole frame, {pad_mode}-padded at bottom/right to a multiple of "
+            f"{pad_multiple} px; keep only the tile's `valid` region of the output"
+        )
+        return _whole_frame_plan(
+            pass_name, height, width, "padded_frame", pad_multiple, pad_mode, note
         )
 
     tile_h, tile_w = min(tile_hw[0], height), min(tile_hw[1], width)
@@ -261,10 +218,46 @@ def plan_frame(
         rows=len(row_starts),
         cols=len(col_starts),
         tiles=tuple(tiles),
-        padding=no_padding,
+        padding=Padding(0, 0, 0, 0),
         pad_mode=pad_mode,
         note=f"{len(tiles)} overlapping {tile_h}x{tile_w} tiles (h x w), last row/column "
         "shifted inward to end on the frame edge",
+    )
+
+
+def _whole_frame_plan(
+    pass_name: str,
+    height: int,
+    width: int,
+    layout: Layout,
+    pad_multiple: int | None,
+    pad_mode: PadMode,
+    note: str,
+) -> FramePlan:
+    """A plan of no tile (``pad_multiple`` None) or of one tile covering the whole frame,
+    padded at bottom/right up to ``pad_multiple`` (1: not padded)."""
+    if pad_multiple is None:
+        padded_h = padded_w = 0
+        tiles: tuple[Tile, ...] = ()
+    else:
+        padded_h = -(-height // pad_multiple) * pad_multiple
+        padded_w = -(-width // pad_multiple) * pad_multiple
+        whole = Region(0, 0, height, width)
+        tiles = (Tile(0, 0, 0, whole, whole, (padded_h, padded_w), Feather(0, 0, 0, 0)),)
+    padding = Padding(0, max(padded_h - height, 0), 0, max(padded_w - width, 0))
+    return FramePlan(
+        pass_name=pass_name,
+        height=height,
+        width=width,
+        layout=layout,
+        tile_shape=(padded_h, padded_w),
+        overlap=0,
+        rows=len(tiles),
+        cols=len(tiles),
+        tiles=tiles,
+        padding=padding,
+        pad_mode=pad_mode,
+        note=note,
     )
 
 

@@ -13,6 +13,7 @@ import s3fs
 from storage.errors import FrameError
 from storage.pose_json import (
     POSE_FORMAT,
+    PoseHeader,
     assemble_pose_json,
     read_pose_json,
     write_pose_fragment,
@@ -36,14 +37,15 @@ def _person(seed: int, box_score: float | None = None) -> dict[str, Any]:
     return person
 
 
-def _common() -> dict[str, Any]:
-    return {
+def _header(**changes: Any) -> PoseHeader:
+    fields: dict[str, Any] = {
         "keypoint_names": NAMES,
         "skeleton": SKELETON,
         "image_size": (1920, 1080),
         "data_window": (0, 0, 1919, 1079),
         "provenance": {"sapiens2/model": "sapiens2_0.4b"},
     }
+    return PoseHeader(**{**fields, **changes})
 
 
 def test_streamed_json_is_plain_json(tmp_path: Path) -> None:
@@ -51,7 +53,7 @@ def test_streamed_json_is_plain_json(tmp_path: Path) -> None:
     first, second = _person(1, box_score=0.9), _person(2)
     second["keypoints"][5] = np.nan
     frames = [(1001, [first, second]), (1002, []), (1003, None), (1004, [first])]
-    result = write_pose_json(str(path), iter(frames), **_common())
+    result = write_pose_json(str(path), iter(frames), _header())
     assert result.size == path.stat().st_size
 
     data = json.loads(path.read_text())  # nothing platform-specific needed
@@ -80,10 +82,10 @@ def test_bad_records_name_the_frame(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     short = {"box": [0, 0, 1, 1], "keypoints": np.zeros((17, 2)), "scores": np.zeros(17)}
     with pytest.raises(FrameError, match=r"frame 1002 .*308 keypoints"):
-        write_pose_json(str(path), [(1001, []), (1002, [short])], **_common())
+        write_pose_json(str(path), [(1001, []), (1002, [short])], _header())
     assert not path.exists()
     with pytest.raises(ValueError, match="unknown keypoint"):
-        write_pose_json(str(path), [], **{**_common(), "skeleton": [("kp_0", "elbow")]})
+        write_pose_json(str(path), [], _header(skeleton=[("kp_0", "elbow")]))
 
 
 def test_fragments_assemble_into_shot_json_on_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
@@ -92,7 +94,7 @@ def test_fragments_assemble_into_shot_json_on_s3(s3_bucket: tuple[str, dict[str,
     write_pose_fragment(fragments, 1001, [_person(1, 0.8)], options)
     write_pose_fragment(fragments, 1003, [], options)
     uri = f"{root}/sh010/sh010.pose.json"
-    assemble_pose_json(uri, fragments, [1001, 1002, 1003], storage_options=options, **_common())
+    assemble_pose_json(uri, fragments, [1001, 1002, 1003], _header(), options)
     data = json.loads(s3fs.S3FileSystem(**options).cat_file(uri))
     assert data["missing_frames"] == [1002]
     assert data["frames"]["1003"] == []
@@ -100,8 +102,8 @@ def test_fragments_assemble_into_shot_json_on_s3(s3_bucket: tuple[str, dict[str,
     direct = write_pose_json(
         f"{root}/sh010/direct.json",
         [(1001, [_person(1, 0.8)])],
-        storage_options=options,
-        **_common(),
+        _header(),
+        options,
     )
     assert direct.size > 0
     again = json.loads(s3fs.S3FileSystem(**options).cat_file(f"{root}/sh010/direct.json"))
