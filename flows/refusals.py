@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sapiens.checkpoint_errors import CheckpointError
+from sapiens.errors import CheckpointError
 from schemas.catalog.errors import CatalogError, JobConflict
 from schemas.spec import SpecError
 from storage.errors import StorageError

@@ -5,7 +5,7 @@ Pure PyTorch + safetensors: this package knows nothing of files beyond checkpoin
 Prefect or Dask.
 
 Names are imported on first use (PEP 562), so code that needs only a light submodule (the
-checkpoint errors, the safetensors header reader) does not pay for importing torch.
+errors, the safetensors header reader) does not pay for importing torch.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ _WHERE = {
     "HeadSpec": "arch",
     "backbone_spec": "arch",
     "head_spec": "arch",
-    "InputError": "backbone",
     "Sapiens2Backbone": "backbone",
-    "CheckpointError": "checkpoint_errors",
+    "CheckpointError": "errors",
+    "InputError": "errors",
+    "ModelInfo": "info",
     "load_model": "loading",
     "save_model": "loading",
-    "ModelInfo": "model",
+    "SapiensModel": "model",
+    "SapiensPretrainModel": "model",
     "SapiensTaskModel": "model",
     "build_model": "model",
     "model_info": "model",
@@ -43,6 +45,8 @@ __all__ = [
     "ModelInfo",
     "Predictor",
     "Sapiens2Backbone",
+    "SapiensModel",
+    "SapiensPretrainModel",
     "SapiensTaskModel",
     "backbone_spec",
     "build_model",
@@ -54,10 +58,17 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .arch import ARCH_NAMES, TASKS, BackboneSpec, HeadSpec, backbone_spec, head_spec
-    from .backbone import InputError, Sapiens2Backbone
-    from .checkpoint_errors import CheckpointError
+    from .backbone import Sapiens2Backbone
+    from .errors import CheckpointError, InputError
+    from .info import ModelInfo
     from .loading import load_model, save_model
-    from .model import ModelInfo, SapiensTaskModel, build_model, model_info
+    from .model import (
+        SapiensModel,
+        SapiensPretrainModel,
+        SapiensTaskModel,
+        build_model,
+        model_info,
+    )
     from .predictor import PASS_TASKS, Predictor
 
 

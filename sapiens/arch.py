@@ -46,6 +46,11 @@ class BackboneSpec:
         """Inputs must be a multiple of this many pixels per side."""
         return PATCH_SIZE * WINDOW_SIZE if self.has_tokenizer else PATCH_SIZE
 
+    @property
+    def arch_label(self) -> str:
+        """The name a model of this backbone is reported under, e.g. 'sapiens2_1b_4k'."""
+        return f"{self.name}_4k" if self.has_tokenizer and self.name != "custom" else self.name
+
     def validate(self) -> None:
         if self.embed_dim % self.num_heads:
             raise ValueError(f"{self.name}: width {self.embed_dim} not divisible by heads")

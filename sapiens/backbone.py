@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .arch import LAYER_SCALE_INIT, NORM_EPS, NUM_REGISTERS, PATCH_SIZE, WINDOW_SIZE, BackboneSpec
+from .errors import InputError
 from .rope import RopeEmbedding, apply_rope
 
 # Tokens per tokenizer call: 65,536 tokens is one 4K frame's 3,072 windows x 17 in one call,
@@ -193,10 +194,6 @@ class Sapiens2Backbone(nn.Module):
             x = blk(x, rope)
         x = self.ln1(x[:, prefix.shape[1] :])
         return x.transpose(1, 2).reshape(b, self.spec.embed_dim, grid_h, grid_w)
-
-
-class InputError(ValueError):
-    """An input batch the network cannot take (wrong shape, too small, NaN/Inf)."""
 
 
 def check_input(x: Tensor, multiple: int) -> None:

@@ -1,10 +1,8 @@
-"""Errors raised while reading checkpoints: each names the file and, where known, the tensor."""
+"""Old home of `CheckpointError`, now defined in `sapiens.errors`; kept only until `flows/`
+imports it from there."""
 
 from __future__ import annotations
 
+from .errors import CheckpointError
 
-class CheckpointError(ValueError):
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{path}: {reason}")
+__all__ = ["CheckpointError"]

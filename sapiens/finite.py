@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .checkpoint_errors import CheckpointError
+from .errors import CheckpointError
 from .safetensors_format import TensorEntry
 
 # dtype -> (the same-width unsigned type, mask clearing the sign bit, smallest non-finite pattern)

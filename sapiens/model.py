@@ -1,8 +1,14 @@
-"""Task models (backbone + decode head, keys `backbone.*` / `decode_head.*`) and builders."""
+"""The two kinds of Sapiens2 model, each carrying the `info` it was made from, and the one
+factory that assembles either from that description.
+
+A pretrain model is the backbone itself (keys without a prefix); a task model is a backbone
+and a decode head (keys `backbone.*` / `decode_head.*`). `build_model` makes one with random
+weights; `loading.load_model` makes one on the meta device and then assigns a file's tensors.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import torch
 from torch import Tensor, nn
@@ -10,32 +16,24 @@ from torch import Tensor, nn
 from . import arch as A
 from .backbone import Sapiens2Backbone
 from .heads import build_head
+from .info import ModelInfo
 
 
-@dataclass
-class ModelInfo:
-    """What a model is and where it came from: recorded in every output's provenance."""
+class SapiensPretrainModel(Sapiens2Backbone):
+    """A pretrain backbone with its `info`; calling it returns the feature map."""
 
-    arch: str  # e.g. "sapiens2_1b", "sapiens2_1b_4k", "custom"
-    task: str | None  # None for a pretrain backbone
-    backbone: A.BackboneSpec
-    head: A.HeadSpec | None = None
-    input_hw: tuple[int, int] = A.NATIVE_INPUT_HW
-    path: str | None = None
-    sha256: str | None = None
-    trained: bool = False  # False for random weights (build_model, tests, the demo)
-    metadata: dict[str, str] = field(default_factory=dict)
+    info: ModelInfo
 
-    @property
-    def label(self) -> str:
-        kind = self.task or "pretrain"
-        weights = "" if self.trained else " (UNTRAINED random weights)"
-        return f"{self.arch} {kind}{weights}"
+    def __init__(self, info: ModelInfo) -> None:
+        super().__init__(info.backbone)
+        self.info = info
 
 
 class SapiensTaskModel(nn.Module):
     """Calling it on a normalized (B, 3, H, W) batch returns the head's raw output, as
     upstream's estimators do: a tensor, or `(points, scale)` for the pointmap head."""
+
+    info: ModelInfo
 
     def __init__(self, backbone: Sapiens2Backbone, decode_head: nn.Module, info: ModelInfo):
         super().__init__()
@@ -50,6 +48,33 @@ class SapiensTaskModel(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return self.decode_head(self.backbone(x))
+
+
+SapiensModel: TypeAlias = SapiensPretrainModel | SapiensTaskModel
+
+
+def make_model(info: ModelInfo, device: torch.device, seed: int | None = None) -> SapiensModel:
+    """The model `info` describes, on `device`: the one place backbone, head and info are put
+    together (package-internal; `build_model` and `load_model` are the public ways in).
+
+    With real memory the weights get upstream's random init, from `seed` when given. On the
+    meta device nothing is allocated or initialised, so a loader can assign a file's tensors.
+    """
+    random = device.type != "meta"
+    with torch.device(device):
+        if seed is not None and random:
+            torch.manual_seed(seed)
+        if info.head is None:
+            model: SapiensModel = SapiensPretrainModel(info)
+            parts: tuple[nn.Module, ...] = (model,)
+        else:
+            backbone, head = Sapiens2Backbone(info.backbone), build_head(info.head)
+            model = SapiensTaskModel(backbone, head, info)
+            parts = (backbone, head)
+    if random:
+        for part in parts:  # backbone first, then head: the seeded draws keep their order
+            _init_weights(part)
+    return model
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -81,7 +106,7 @@ def build_model(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     seed: int | None = None,
-) -> nn.Module:
+) -> SapiensModel:
     """Build a backbone (task=None) or a task model with random weights.
 
     `state_dict()` has exactly upstream's key names and shapes. On the meta device nothing
@@ -89,26 +114,9 @@ def build_model(
     """
     name, named_4k = A.canonical_arch(arch)
     spec = A.backbone_spec(name, tokenizer or named_4k)
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    arch_label = f"{name}_4k" if spec.has_tokenizer else name
-    with torch.device(device):
-        if seed is not None and device.type != "meta":
-            torch.manual_seed(seed)
-        backbone = Sapiens2Backbone(spec)
-        head = None
-        if task is not None:
-            head = build_head(A.head_spec(name, task, spec.embed_dim, input_hw))
-    if device.type != "meta":
-        _init_weights(backbone)
-        if head is not None:
-            _init_weights(head)
-    if task is None:
-        model: nn.Module = backbone
-        backbone.info = ModelInfo(arch_label, None, spec, input_hw=input_hw)  # type: ignore[assignment]
-    else:
-        assert head is not None
-        info = ModelInfo(arch_label, task, spec, head.spec, input_hw=input_hw)
-        model = SapiensTaskModel(backbone, head, info)
+    head = A.head_spec(name, task, spec.embed_dim, input_hw) if task is not None else None
+    info = ModelInfo(spec.arch_label, task, spec, head, input_hw=input_hw)
+    model = make_model(info, torch.device(device if device is not None else "cpu"), seed)
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()

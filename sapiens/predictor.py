@@ -25,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from . import postprocess as post
-from .model import ModelInfo, model_info
+from .info import ModelInfo
+from .model import model_info
 from .pose import PoseResult, estimate_pose
 from .preprocess import letterbox, normalize, pad_to_multiple, restore, stretch, to_batch
 

@@ -20,7 +20,7 @@ from math import prod
 from pathlib import Path
 from typing import BinaryIO
 
-from .checkpoint_errors import CheckpointError
+from .errors import CheckpointError, NotSafetensors
 
 PICKLE_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle"}
 CONVERT_HINT = (
@@ -65,14 +65,6 @@ class TensorEntry:
     end: int
 
 
-class _NotSafetensors(Exception):
-    """The bytes do not parse as a safetensors header; `reason` says what was wrong."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def read_header(path: str | os.PathLike[str]) -> tuple[Shapes, dict[str, str], dict[str, str]]:
     """Tensor shapes, dtypes and the metadata of a safetensors file, with checks that turn a
     truncated or corrupt file into a plain error instead of a crash in the reader."""
@@ -97,7 +89,7 @@ def read_tensor_index(
     with open(p, "rb") as fh:
         try:
             header, data_start = _parse_header(fh, size)
-        except _NotSafetensors as exc:
+        except NotSafetensors as exc:
             fh.seek(0)
             raise CheckpointError(path, _refusal(fh.read(_SNIFF_BYTES), exc.reason)) from None
     metadata = header.pop("__metadata__", None) or {}
@@ -132,22 +124,22 @@ def _parse_header(fh: BinaryIO, size: int) -> tuple[dict, int]:
     """The header's JSON object and where the tensor data starts."""
     head = fh.read(8)
     if len(head) < 8:
-        raise _NotSafetensors(f"not a safetensors file ({size} bytes, too short)")
+        raise NotSafetensors(f"not a safetensors file ({size} bytes, too short)")
     (header_len,) = struct.unpack("<Q", head)
     if header_len < 2 or header_len > min(size - 8, MAX_HEADER_BYTES):
-        raise _NotSafetensors(
+        raise NotSafetensors(
             f"not a safetensors file (its first 8 bytes give a header of {header_len} bytes, "
             f"which a {size}-byte file cannot hold); truncated, corrupt or another format"
         )
     raw = fh.read(header_len)
     if raw[:1] != b"{":
-        raise _NotSafetensors("not a safetensors file (the header does not start with '{')")
+        raise NotSafetensors("not a safetensors file (the header does not start with '{')")
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _NotSafetensors(f"corrupt safetensors header: {exc}") from None
+        raise NotSafetensors(f"corrupt safetensors header: {exc}") from None
     if not isinstance(header, dict):
-        raise _NotSafetensors("corrupt safetensors header (not a JSON object)")
+        raise NotSafetensors("corrupt safetensors header (not a JSON object)")
     return header, 8 + header_len
 
 

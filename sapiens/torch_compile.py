@@ -3,13 +3,12 @@ block so MHSA and GQA blocks share compiled code across depth) and the head."""
 
 from __future__ import annotations
 
-from torch import nn
-
 from .backbone import Sapiens2Backbone
+from .model import SapiensModel
 
 
-def compile_model(model: nn.Module, mode: str | None = None) -> nn.Module:
-    backbone = model if isinstance(model, Sapiens2Backbone) else model.backbone  # type: ignore[union-attr]
+def compile_model(model: SapiensModel, mode: str | None = None) -> SapiensModel:
+    backbone = model if isinstance(model, Sapiens2Backbone) else model.backbone
     for block in backbone.blocks:
         block.compile(mode=mode, dynamic=False)
     if backbone.tokenizer is not None:

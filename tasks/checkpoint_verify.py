@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from sapiens.checkpoint_errors import CheckpointError
+from sapiens.errors import CheckpointError
 from sapiens.loading import verify_checkpoint
 
 from .checkpoints import (

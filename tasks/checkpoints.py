@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from sapiens.arch import NATIVE_INPUT_HW, canonical_arch
-from sapiens.checkpoint_errors import CheckpointError
-from sapiens.loading import describe_layout, infer_backbone, infer_head, read_header, sha256_file
+from sapiens.checkpoint_arch import describe_layout, infer_backbone, infer_head
+from sapiens.errors import CheckpointError
+from sapiens.loading import read_header, sha256_file
 from sapiens.predictor import PASS_TASKS
 
 from .checkpoint_errors import CheckpointChoiceError

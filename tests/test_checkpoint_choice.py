@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tasks.checkpoints as ck
-from sapiens.checkpoint_errors import CheckpointError
+from sapiens.errors import CheckpointError
 from sapiens.loading import save_model
 from sapiens.model import build_model
 from schemas.settings import Settings

@@ -17,7 +17,7 @@ import sapiens
 import sapiens.loading
 from sapiens.arch import BackboneSpec
 from sapiens.backbone import Sapiens2Backbone
-from sapiens.model import ModelInfo
+from sapiens.info import ModelInfo
 from tests.model_helpers import SMALL_HW, tiny
 
 TASKS = ["normal", "albedo", "pointmap", "seg", "pose", "matting"]

@@ -1,0 +1,29 @@
+"""Every exception class of `sapiens`, in one module that imports nothing, so that code which
+only needs to recognise them (the CLI's refusals, the flow process) does not import torch."""
+
+from __future__ import annotations
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and, where known, the
+    tensor."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class InputError(ValueError):
+    """An input batch the network cannot take (wrong shape, too small, NaN/Inf)."""
+
+
+class NotSafetensors(Exception):
+    """The bytes do not parse as a safetensors header; `reason` says what was wrong.
+
+    Never leaves `sapiens`: `read_tensor_index` turns it into a CheckpointError that says what
+    the file is instead."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
