@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sapiens.errors import CheckpointError
 from schemas.catalog.errors import CatalogError, JobConflict
 from schemas.spec import SpecError
 from storage.errors import StorageError
-from tasks.checkpoint_errors import CheckpointChoiceError
+from tasks.checkpoint_errors import CheckpointChoiceError, CheckpointError
 
 
 class ClusterError(RuntimeError):

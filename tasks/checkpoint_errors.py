@@ -1,7 +1,13 @@
-"""The error of choosing checkpoints, in a module of its own so that code which only needs to
-recognise it (the CLI's refusals) does not import torch through `tasks.checkpoints`."""
+"""The checkpoint errors a run can refuse with, in a module of their own so that code which
+only needs to recognise them (the refusals of `flows`) imports neither torch nor `sapiens`
+through `tasks.checkpoints`: choosing (`CheckpointChoiceError`, raised here) and a file that
+is not a usable checkpoint (`sapiens.errors.CheckpointError`, which needs no torch)."""
 
 from __future__ import annotations
+
+from sapiens.errors import CheckpointError
+
+__all__ = ["CheckpointChoiceError", "CheckpointError"]
 
 
 class CheckpointChoiceError(ValueError):

@@ -38,7 +38,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -188,33 +188,31 @@ def build_shot_script(
     return NukeScript(root=root, nodes=tuple(nodes), comments=comments)
 
 
+class ShotImage(TypedDict, total=False):
+    """What `build_shot_script` needs to know of the shot's images, besides its frames and
+    passes (the keyword arguments both functions take)."""
+
+    data_window: tuple[int, int, int, int] | None
+    pixel_aspect: float
+    fps: float
+    albedo_colorspace: str | None
+
+
 def write_shot_nuke_script(
     paths: ShotOutputPaths,
     frames: Sequence[int],
     passes: Sequence[str],
     *,
     image_size: tuple[int, int],
-    data_window: tuple[int, int, int, int] | None = None,
-    pixel_aspect: float = 1.0,
-    fps: float = 24.0,
-    albedo_colorspace: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    **image: Unpack[ShotImage],
 ) -> str | None:
     """Write `paths.nuke_script` atomically (local or object store); returns its URI, or
     None when the passes put nothing in the EXR (pose only): there is nothing to read.
     Raises ValueError on inconsistent inputs, StorageError when the file cannot be written."""
     if not exr_layers(passes):
         return None
-    script = build_shot_script(
-        paths,
-        frames,
-        passes,
-        image_size=image_size,
-        data_window=data_window,
-        pixel_aspect=pixel_aspect,
-        fps=fps,
-        albedo_colorspace=albedo_colorspace,
-    )
+    script = build_shot_script(paths, frames, passes, image_size=image_size, **image)
     return write_nuke_script(paths.nuke_script, render(script), storage_options)
 
 
