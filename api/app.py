@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from api import files, pages, read, write
 from api.context import ApiContext
+from api.known_shot import UnknownShot
 from api.methods import MethodsPerPath
 from api.problems import validation_problem
 from schemas.settings import Settings, load_settings
@@ -70,6 +71,7 @@ def create_app(
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(RequestValidationError, validation_problem)
+    app.add_exception_handler(UnknownShot, pages.unknown_shot)
     own_routes = [route for route in app.routes if isinstance(route, Route)]  # /openapi.json
     app.add_middleware(
         MethodsPerPath, routes=[*own_routes, *(r for router in routers for r in router.routes)]

@@ -257,7 +257,7 @@ def output_image(
 def contact_sheet(
     ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath, pass_name: PassPath
 ) -> Response:
-    jobs = queries.jobs(ctx.engine, show, sequence, shot, limit=JOBS_SEARCHED)
+    jobs, _ = queries.jobs_page(ctx.engine, show, sequence, shot, limit=JOBS_SEARCHED)
     uri = contact_sheet_uri(jobs, ctx.settings, show, sequence, shot, pass_name)
     missing = f"no {pass_name} contact sheet for {show}/{sequence}/{shot}"
     if uri is None:

@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
-from api import views
+from api import answers
 from api.context import ApiContext, context
 from api.files import contact_sheet_uri, image_exists, servable
-from api.params import Limit, Offset, SequencePath, ShotPath, ShowPath, ShowQuery
+from api.known_shot import KnownShot, UnknownShot
+from api.params import Limit, Offset, ShowQuery
 from api.qc_chart import flicker_chart
 from schemas.catalog import queries
 from schemas.spec import ALL_PASSES
@@ -59,7 +62,7 @@ def _provenance_view(record: Mapping[str, Any]) -> dict[str, Any]:
 def index(
     request: Request, ctx: Ctx, show: ShowQuery = None, limit: Limit = 100, offset: Offset = 0
 ) -> HTMLResponse:
-    listing = views.shot_list(ctx.engine, show, None, None, limit, offset)
+    listing = answers.shot_list(ctx.engine, show, None, None, limit, offset)
     passes = pass_order({p for item in listing["items"] for p in item["passes"]})
     context = {
         "listing": listing,
@@ -71,27 +74,20 @@ def index(
 
 
 @router.get("/shots/{show}/{sequence}/{shot}", response_class=HTMLResponse)
-def shot_page(
-    request: Request, ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath
-) -> HTMLResponse:
+def shot_page(request: Request, ctx: Ctx, shot: KnownShot) -> HTMLResponse:
     engine = ctx.engine
     threshold = ctx.settings.qc_flicker_threshold
-    detail = views.shot_detail(engine, show, sequence, shot, threshold)
-    if detail is None:
-        missing = {"what": f"shot {show}/{sequence}/{shot}"}
-        return templates.TemplateResponse(
-            request, "missing.html", missing, status_code=404, headers=HEADERS
-        )
+    detail = answers.shot_detail(engine, shot, threshold)
     thumbs: dict[str, list[dict[str, Any]]] = {}
-    for preview in queries.preview_outputs(engine, show, sequence, shot, THUMBS_PER_PASS):
+    for preview in queries.preview_outputs(engine, *shot, THUMBS_PER_PASS):
         if servable(ctx.settings, preview["uri"]):  # else /files would refuse it
             thumbs.setdefault(preview["pass_name"], []).append(preview)
     passes = pass_order(set(thumbs) | set(detail["coverage"]["passes"]))
     sheets = {}
     for name in passes:
-        uri = contact_sheet_uri(detail["jobs"], ctx.settings, show, sequence, shot, name)
+        uri = contact_sheet_uri(detail["jobs"], ctx.settings, *shot, name)
         sheets[name] = uri is not None and image_exists(ctx.settings, uri)
-    qc = views.qc_report(engine, show, sequence, shot, threshold)
+    qc = answers.qc_report(engine, shot, threshold)
     for scores in qc["passes"].values():
         for score in scores:  # only flagged frames link, and only where /files would serve
             uri = score["preview_uri"] if score["flagged"] else None
@@ -107,3 +103,17 @@ def shot_page(
         "charts": {name: flicker_chart(name, sc, threshold) for name, sc in qc["passes"].items()},
     }
     return templates.TemplateResponse(request, "shot.html", context, headers=HEADERS)
+
+
+async def unknown_shot(request: Request, exc: Exception) -> Response:
+    """Exception handler for UnknownShot (KnownShot's refusal): on a page, the pages' own 404
+    page; on any other route, the Problem FastAPI makes of it."""
+    if not isinstance(exc, UnknownShot):
+        raise exc
+    endpoint = getattr(request.scope.get("route"), "endpoint", None)
+    if endpoint not in {route.endpoint for route in router.routes if isinstance(route, APIRoute)}:
+        return await http_exception_handler(request, exc)
+    missing = {"what": f"shot {exc.key}"}
+    return templates.TemplateResponse(
+        request, "missing.html", missing, status_code=404, headers=HEADERS
+    )

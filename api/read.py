@@ -4,12 +4,14 @@ as a bound parameter."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from api import views
+from api import answers
 from api.context import ApiContext, context
+from api.known_shot import KnownShot
 from api.params import (
     FrameQuery,
     JobIdPath,
@@ -18,12 +20,9 @@ from api.params import (
     Offset,
     PassQuery,
     PathQuery,
-    SequencePath,
     SequenceQuery,
     Sha256Query,
-    ShotPath,
     ShotQuery,
-    ShowPath,
     ShowQuery,
     StatusQuery,
     ThresholdQuery,
@@ -44,14 +43,17 @@ from schemas.catalog import queries
 router = APIRouter(prefix="/api", responses=INVALID)
 Ctx = Annotated[ApiContext, Depends(context)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "unknown"}}
+Route = TypeVar("Route", bound=Callable[..., Any])
+
+
+def _about_a_shot(tail: str, tag: str, summary: str, model: Any) -> Callable[[Route], Route]:
+    """A GET route under /shots/{show}/{sequence}/{shot}: its KnownShot answers 404."""
+    path = "/shots/{show}/{sequence}/{shot}" + tail
+    return router.get(path, tags=[tag], summary=summary, response_model=model, responses=NOT_FOUND)
 
 
 def _threshold(ctx: ApiContext) -> float:
     return ctx.settings.qc_flicker_threshold
-
-
-def _no_shot(show: str, sequence: str, shot: str) -> HTTPException:
-    return HTTPException(404, f"the catalog has no shot {show}/{sequence}/{shot}")
 
 
 @router.get(
@@ -70,95 +72,52 @@ def list_shots(
 ) -> dict[str, Any]:
     """Shots sorted by show, sequence and shot: the newest plate's frame count, per pass the
     frames that have an output, and the newest job's status."""
-    return views.shot_list(ctx.engine, show, sequence, shot, limit, offset)
+    return answers.shot_list(ctx.engine, show, sequence, shot, limit, offset)
 
 
-@router.get(
-    "/shots/{show}/{sequence}/{shot}",
-    tags=["shots"],
-    summary="One shot: coverage, plates, jobs, provenance",
-    response_model=ShotDetail,
-    responses=NOT_FOUND,
-)
-def get_shot(ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath) -> dict[str, Any]:
+@_about_a_shot("", "shots", "One shot: coverage, plates, jobs, provenance", ShotDetail)
+def get_shot(ctx: Ctx, shot: KnownShot) -> dict[str, Any]:
     """The shot's coverage, its plates, its newest jobs with every failed frame and its
     reason, and the provenance of the newest job's outputs."""
-    detail = views.shot_detail(ctx.engine, show, sequence, shot, _threshold(ctx))
-    if detail is None:
-        raise _no_shot(show, sequence, shot)
-    return detail
+    return answers.shot_detail(ctx.engine, shot, _threshold(ctx))
 
 
-@router.get(
-    "/shots/{show}/{sequence}/{shot}/outputs",
-    tags=["shots"],
-    summary="A shot's outputs, newest first",
-    response_model=Page[Output],
-    responses=NOT_FOUND,
-)
+@_about_a_shot("/outputs", "shots", "A shot's outputs, newest first", Page[Output])
 def list_outputs(
     ctx: Ctx,
-    show: ShowPath,
-    sequence: SequencePath,
-    shot: ShotPath,
+    shot: KnownShot,
     pass_name: PassQuery = None,
     kind: KindQuery = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> dict[str, Any]:
-    engine = ctx.engine
-    if not views.shot_exists(engine, show, sequence, shot):
-        raise _no_shot(show, sequence, shot)
-    items = queries.shot_outputs(
-        engine, show, sequence, shot, pass_name=pass_name, kind=kind, limit=limit, offset=offset
-    )
-    total = queries.count_outputs(engine, show, sequence, shot, pass_name, kind)
-    return views.page(items, total, limit, offset)
+    return answers.output_list(ctx.engine, shot, pass_name, kind, limit, offset)
 
 
-@router.get(
-    "/shots/{show}/{sequence}/{shot}/jobs",
-    tags=["jobs"],
-    summary="A shot's jobs, newest first",
-    response_model=Page[Job],
-    responses=NOT_FOUND,
-)
+@_about_a_shot("/jobs", "jobs", "A shot's jobs, newest first", Page[Job])
 def list_shot_jobs(
     ctx: Ctx,
-    show: ShowPath,
-    sequence: SequencePath,
-    shot: ShotPath,
+    shot: KnownShot,
     status: StatusQuery = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> dict[str, Any]:
-    if not views.shot_exists(ctx.engine, show, sequence, shot):
-        raise _no_shot(show, sequence, shot)
-    return views.job_list(ctx.engine, show, sequence, shot, status, limit, offset, _threshold(ctx))
+    return answers.job_list(ctx.engine, shot, status, limit, offset, _threshold(ctx))
 
 
-@router.get(
-    "/shots/{show}/{sequence}/{shot}/qc",
-    tags=["shots"],
-    summary="Temporal QC: flicker scores per pass and frame, and the flagged frames",
-    response_model=QcReport,
-    responses=NOT_FOUND,
+@_about_a_shot(
+    "/qc",
+    "shots",
+    "Temporal QC: flicker scores per pass and frame, and the flagged frames",
+    QcReport,
 )
-def get_qc(
-    ctx: Ctx,
-    show: ShowPath,
-    sequence: SequencePath,
-    shot: ShotPath,
-    threshold: ThresholdQuery = None,
-) -> dict[str, Any]:
+def get_qc(ctx: Ctx, shot: KnownShot, threshold: ThresholdQuery = None) -> dict[str, Any]:
     """Per dense pass and frame, the flicker score (how much the pass changed next to its
     neighbouring frames relative to the plate, divided by what is usual for the shot: 1 is
     usual) and whether it is above the threshold (``threshold``, default the
     ``SVFX_QC_FLICKER_THRESHOLD`` setting); ``flagged`` lists the frames above it."""
-    if not views.shot_exists(ctx.engine, show, sequence, shot):
-        raise _no_shot(show, sequence, shot)
     limit = threshold if threshold is not None else _threshold(ctx)
-    return views.qc_report(ctx.engine, show, sequence, shot, limit)
+    return answers.qc_report(ctx.engine, shot, limit)
 
 
 @router.get(
@@ -169,7 +128,7 @@ def get_qc(
     responses=NOT_FOUND,
 )
 def get_job(ctx: Ctx, job_id: JobIdPath) -> dict[str, Any]:
-    job = views.find_job(ctx.engine, job_id, _threshold(ctx))
+    job = answers.find_job(ctx.engine, job_id, _threshold(ctx))
     if job is None:
         raise HTTPException(404, f"the catalog has no job {job_id}")
     return job
@@ -210,9 +169,8 @@ def search(
     such as seg for pose) made: the outputs it makes stale. Either or both checksums; with
     neither, every output in the catalog, newest first, a page at a time."""
     if plate_sha256 is None and checkpoint_sha256 is None:
-        return views.all_outputs(ctx.engine, limit, offset)
+        return answers.output_list(ctx.engine, None, None, None, limit, offset)
     plate = plate_sha256.lower() if plate_sha256 else None
     ckpt = checkpoint_sha256.lower() if checkpoint_sha256 else None
-    items = queries.invalidated_by(ctx.engine, plate, ckpt, limit=limit, offset=offset)
-    total = queries.count_invalidated_by(ctx.engine, plate, ckpt)
-    return views.page(items, total, limit, offset)
+    found = queries.invalidated_page(ctx.engine, plate, ckpt, limit=limit, offset=offset)
+    return answers.paged(found, limit, offset)

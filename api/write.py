@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api import views
+from api import answers
 from api.auth import require_writer
 from api.body import MAX_BODY_BYTES, parse_json, read_bounded
 from api.context import ApiContext, NoOrchestrator, context
@@ -107,7 +107,7 @@ async def submit_shot(request: Request, ctx: Ctx) -> Submitted:
 )
 def retry_job(ctx: Ctx, job_id: JobIdPath) -> Submitted:
     """Submit the job's spec again, restricted to the frames that failed."""
-    job = views.find_job(ctx.engine, job_id, ctx.settings.qc_flicker_threshold)
+    job = answers.find_job(ctx.engine, job_id, ctx.settings.qc_flicker_threshold)
     if job is None:
         raise HTTPException(404, f"the catalog has no job {job_id}")
     failed = sorted({f["frame"] for f in job["failed_frames"]})

@@ -54,7 +54,7 @@ def reap_abandoned_jobs(catalog: Catalog) -> list[dict[str, Any]]:
     reaped = _reap_expired_leases(catalog)
     running = {
         job["flow_run_id"]: job
-        for job in queries.jobs(catalog.engine, status="running", limit=1000)
+        for job in queries.jobs_page(catalog.engine, status="running", limit=1000)[0]
         if job["flow_run_id"]
     }
     if not running:

@@ -21,7 +21,8 @@ from sqlalchemy import Engine, event, func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from schemas.catalog import Catalog, make_engine, migrate, models, open_catalog, queries
-from schemas.catalog import db as catalog_db
+from schemas.catalog import engine as catalog_engine
+from schemas.catalog import opening as catalog_opening
 from tests import catalog_fixtures
 from tests.catalog_fixtures import (
     CHECKPOINTS,
@@ -75,8 +76,8 @@ def test_migrations_apply_once_and_match_the_models(catalog_url: str) -> None:
     engine = make_engine(catalog_url)
     try:
         migrate(engine)
-        assert set(inspect(engine).get_table_names()) >= TABLES | {catalog_db.VERSION_TABLE}
-        head = ScriptDirectory.from_config(catalog_db.alembic_config()).get_current_head()
+        assert set(inspect(engine).get_table_names()) >= TABLES | {catalog_engine.VERSION_TABLE}
+        head = ScriptDirectory.from_config(catalog_engine.alembic_config()).get_current_head()
         statements: list[str] = []
         event.listen(
             engine, "before_cursor_execute", lambda _c, _cur, stmt, *_: statements.append(stmt)
@@ -87,10 +88,10 @@ def test_migrations_apply_once_and_match_the_models(catalog_url: str) -> None:
         ]
         assert writes == [], "a second migrate must change nothing"
         with engine.connect() as conn:
-            version = f"SELECT version_num FROM {catalog_db.VERSION_TABLE}"
+            version = f"SELECT version_num FROM {catalog_engine.VERSION_TABLE}"
             assert conn.execute(text(version)).scalars().all() == [head]
             context = MigrationContext.configure(
-                conn, opts={"compare_type": True, "version_table": catalog_db.VERSION_TABLE}
+                conn, opts={"compare_type": True, "version_table": catalog_engine.VERSION_TABLE}
             )
             assert compare_metadata(context, models.Base.metadata) == []
     finally:
@@ -121,16 +122,16 @@ def test_sqlite_engine_settings(tmp_path: Path) -> None:
         with engine.begin() as conn:
             conn.execute(text("SELECT 1"))
         with engine.connect() as conn:
-            conn.execution_options(**{catalog_db.READ_OPTION: True}).execute(text("SELECT 1"))
+            conn.execution_options(**{catalog_engine.READ_OPTION: True}).execute(text("SELECT 1"))
         assert begins == ["BEGIN IMMEDIATE", "BEGIN"]
     finally:
         engine.dispose()
 
 
 def test_catalog_urls() -> None:
-    assert catalog_db.parse_url("postgresql://u@db:5432/cat").drivername == "postgresql+psycopg"
-    assert catalog_db.parse_url("postgres://u@db/cat").drivername == "postgresql+psycopg"
-    assert catalog_db.parse_url("sqlite:///x.db").drivername == "sqlite"
+    assert catalog_engine.parse_url("postgresql://u@db:5432/cat").drivername == "postgresql+psycopg"
+    assert catalog_engine.parse_url("postgres://u@db/cat").drivername == "postgresql+psycopg"
+    assert catalog_engine.parse_url("sqlite:///x.db").drivername == "sqlite"
     with pytest.raises(ValueError, match="unsupported catalog URL") as info:
         make_engine("postgresql+psycopg2://u:hunter2@db/cat")
     assert "hunter2" not in str(info.value)
@@ -142,8 +143,10 @@ def test_open_catalog_migrates_once_per_url(
     catalog_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[Engine] = []
-    real = catalog_db.migrate
-    monkeypatch.setattr(catalog_db, "migrate", lambda engine: calls.append(engine) or real(engine))
+    real = catalog_opening.migrate
+    monkeypatch.setattr(
+        catalog_opening, "migrate", lambda engine: calls.append(engine) or real(engine)
+    )
     first = open_catalog(catalog_url)
     try:
         assert open_catalog(catalog_url) is first
@@ -197,7 +200,7 @@ def test_rerecording_a_chunk_duplicates_nothing(catalog: Catalog, tmp_path: Path
     catalog.record_chunk(job_id, first)
     catalog.record_chunk(job_id, make_chunk(spec, range(1005, 1009), chunk_index=1))
     before = row_counts(catalog.engine)
-    old = queries.shot_outputs(catalog.engine, *SHOT, limit=1000)
+    old = queries.outputs_page(catalog.engine, *SHOT, limit=1000)[0]
 
     catalog.record_chunk(job_id, first)  # a Dask retry of the same chunk
     catalog.record_chunk(job_id, make_chunk(spec, range(1001, 1005), output_sha_salt="rewritten"))
@@ -209,7 +212,7 @@ def test_rerecording_a_chunk_duplicates_nothing(catalog: Catalog, tmp_path: Path
     assert (job["frames_done"], job["frames_failed"], job["frames_skipped"]) == (8, 0, 0)
     new = {
         (o["uri"], o["part"], o["frame"]): o
-        for o in queries.shot_outputs(catalog.engine, *SHOT, limit=1000)
+        for o in queries.outputs_page(catalog.engine, *SHOT, limit=1000)[0]
     }
     for o in old:
         updated = new[(o["uri"], o["part"], o["frame"])]
@@ -226,7 +229,7 @@ def test_failed_frame_is_recorded_and_listed(catalog: Catalog, tmp_path: Path) -
     error = "FrameError: sh0010_plate.1003.exr: truncated EXR (read 1.2 MB of 50 MB)"
     catalog.record_chunk(job_id, make_chunk(spec, range(1001, 1005), failed={1003: error}))
 
-    (job,) = queries.jobs(catalog.engine, *SHOT, status="running")
+    (job,) = queries.jobs_page(catalog.engine, *SHOT, status="running")[0]
     assert json.loads(json.dumps(job)) == job
     assert job["id"] == job_id
     assert job["failed_frames"] == [{"frame": 1003, "error": error}]
@@ -235,8 +238,8 @@ def test_failed_frame_is_recorded_and_listed(catalog: Catalog, tmp_path: Path) -
 
     catalog.record_chunk(job_id, make_chunk(spec, range(1003, 1004)))  # the retry succeeds
     catalog.finish_job(job_id, "partial", message="4 of 8 frames")
-    assert queries.jobs(catalog.engine, status="running") == []
-    (job,) = queries.jobs(catalog.engine, status="partial")
+    assert queries.jobs_page(catalog.engine, status="running")[0] == []
+    (job,) = queries.jobs_page(catalog.engine, status="partial")[0]
     assert (job["frames_done"], job["frames_failed"], job["failed_frames"]) == (4, 0, [])
     assert job["message"] == "4 of 8 frames"
     assert job["finished_at"] >= job["started_at"]
@@ -364,7 +367,7 @@ def test_shot_coverage(catalog: Catalog, tmp_path: Path) -> None:
     _, other_job = registered(catalog, tmp_path, frames=range(1, 4), shot="sh0020")
     catalog.finish_job(other_job, "failed", "no GPU")
 
-    coverage = queries.shot_coverage(catalog.engine, show="demo")
+    coverage = queries.shots_page(catalog.engine, show="demo")[0]
     assert json.loads(json.dumps(coverage)) == coverage
     assert [c["shot"] for c in coverage] == ["sh0010", "sh0020"]
     assert coverage[0]["plate_frames"] == 8
@@ -384,11 +387,11 @@ def test_shot_coverage(catalog: Catalog, tmp_path: Path) -> None:
     # a new plate for the first shot becomes the one counted; passes count across versions
     plate2 = make_spec(tmp_path, plate=f"{tmp_path}/plates/sh0010/v2/sh0010_plate.####.exr")
     catalog.register_job(plate2, make_plate(plate2, range(1001, 1011)), None)
-    (first,) = queries.shot_coverage(catalog.engine, shot="sh0010")
+    (first,) = queries.shots_page(catalog.engine, shot="sh0010")[0]
     assert first["plate"] == plate2.plate
     assert (first["plate_frames"], first["job_status"]) == (10, "running")
     assert first["passes"] == {"normal": 4, "pose": 4, "seg": 4}
-    assert len(queries.shot_coverage(catalog.engine, limit=1, offset=1)) == 1
+    assert len(queries.shots_page(catalog.engine, limit=1, offset=1)[0]) == 1
 
 
 def test_shot_outputs_newest_first(catalog: Catalog, tmp_path: Path) -> None:
@@ -399,23 +402,48 @@ def test_shot_outputs_newest_first(catalog: Catalog, tmp_path: Path) -> None:
     new_normal = {**CHECKPOINTS, "normal": checkpoint("normal", version=2)}
     catalog.record_chunk(job2, make_chunk(spec2, [1001], checkpoints=new_normal))
 
-    outputs = queries.shot_outputs(catalog.engine, *SHOT, limit=1000)
+    outputs = queries.outputs_page(catalog.engine, *SHOT, limit=1000)[0]
     assert len(outputs) == 3 * OUTPUTS_PER_FRAME
     stamps = [o["created_at"] for o in outputs]
     assert stamps == sorted(stamps, reverse=True)
     assert {o["job_id"] for o in outputs[:OUTPUTS_PER_FRAME]} == {job2}
 
-    normal = queries.shot_outputs(catalog.engine, *SHOT, pass_name="normal", kind="exr")
+    normal = queries.outputs_page(catalog.engine, *SHOT, pass_name="normal", kind="exr")[0]
     assert [(o["frame"], o["job_id"], o["part"]) for o in normal] == [
         (1001, job2, "N"),
         (1002, job1, "N"),
         (1001, job1, "N"),
     ]
     assert normal[0]["checkpoint_sha256"] == new_normal["normal"]["sha256"]
-    page = queries.shot_outputs(catalog.engine, *SHOT, limit=5, offset=5)
+    page = queries.outputs_page(catalog.engine, *SHOT, limit=5, offset=5)[0]
     assert page == outputs[5:10]
     newest = catalog.existing_outputs(*SHOT)
     assert newest[(1001, "normal")] == normal[0]["cache_key"] != normal[-1]["cache_key"]
+
+
+def test_pages_give_their_total_and_count_only_when_the_page_cannot_tell(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    spec, job_id = registered(catalog, tmp_path)
+    catalog.record_chunk(job_id, make_chunk(spec, range(1001, 1004)))
+    all_outputs = 3 * OUTPUTS_PER_FRAME
+    counted: list[str] = []
+    event.listen(
+        catalog.engine,
+        "before_cursor_execute",
+        lambda _c, _cur, stmt, *_: counted.append(stmt) if "count(*)" in stmt else None,
+    )
+    items, total = queries.outputs_page(catalog.engine, *SHOT, limit=1000)
+    assert (len(items), total, counted) == (all_outputs, all_outputs, [])  # a short first page
+    exrs, total = queries.outputs_page(catalog.engine, *SHOT, kind="exr")
+    assert (total, counted) == (len(exrs), [])
+    items, total = queries.outputs_page(catalog.engine, *SHOT, kind="exr", limit=2, offset=1)
+    assert (items, total, len(counted)) == (exrs[1:3], len(exrs), 1)
+    assert queries.jobs_page(catalog.engine, limit=1)[1] == 1
+    assert queries.shots_page(catalog.engine, "demo", limit=1, offset=1) == ([], 1)
+    assert queries.invalidated_page(catalog.engine, plate_sha("sh0010", 1002), limit=1)[1] == 7
+    with pytest.raises(ValueError, match="must not be negative"):
+        queries.jobs_page(catalog.engine, limit=-1)
 
 
 def test_output_provenance_by_path(
@@ -482,36 +510,36 @@ def test_invalidated_by(catalog: Catalog, tmp_path: Path) -> None:
     spec, job_id = registered(catalog, tmp_path)
     catalog.record_chunk(job_id, make_chunk(spec, range(1001, 1004)))
 
-    by_plate = queries.invalidated_by(catalog.engine, plate_sha256=plate_sha("sh0010", 1002))
+    by_plate = queries.invalidated_page(catalog.engine, plate_sha256=plate_sha("sh0010", 1002))[0]
     assert len(by_plate) == OUTPUTS_PER_FRAME
     assert {o["frame"] for o in by_plate} == {1002}
 
     seg = CHECKPOINTS["seg"]["sha256"]
-    by_seg = queries.invalidated_by(catalog.engine, checkpoint_sha256=seg)
+    by_seg = queries.invalidated_page(catalog.engine, checkpoint_sha256=seg)[0]
     assert {o["pass_name"] for o in by_seg} == {"seg", "pose"}  # pose found people with seg
     assert len(by_seg) == 3 * 4
-    by_normal = queries.invalidated_by(
+    by_normal = queries.invalidated_page(
         catalog.engine, checkpoint_sha256=CHECKPOINTS["normal"]["sha256"]
-    )
+    )[0]
     assert {o["pass_name"] for o in by_normal} == {"normal"}
     assert len(by_normal) == 3 * 3
-    both = queries.invalidated_by(
+    both = queries.invalidated_page(
         catalog.engine, plate_sha256=plate_sha("sh0010", 1001), checkpoint_sha256=seg
-    )
+    )[0]
     assert len(both) == 12 + 3  # seg/pose of all frames, plus frame 1001's normal outputs
     assert (
-        queries.invalidated_by(catalog.engine, checkpoint_sha256=seg, limit=5, offset=10)
+        queries.invalidated_page(catalog.engine, checkpoint_sha256=seg, limit=5, offset=10)[0]
         == by_seg[10:]
     )
     with pytest.raises(ValueError, match="needs plate_sha256 or checkpoint_sha256"):
-        queries.invalidated_by(catalog.engine)
+        queries.invalidated_page(catalog.engine)
 
     # re-running with a new seg checkpoint moves those outputs off the old one
     new_seg = {**CHECKPOINTS, "seg": checkpoint("seg", version=2)}
     catalog.record_chunk(job_id, make_chunk(spec, range(1001, 1004), checkpoints=new_seg))
-    assert queries.invalidated_by(catalog.engine, checkpoint_sha256=seg) == []
+    assert queries.invalidated_page(catalog.engine, checkpoint_sha256=seg)[0] == []
     assert (
-        len(queries.invalidated_by(catalog.engine, checkpoint_sha256=new_seg["seg"]["sha256"]))
+        len(queries.invalidated_page(catalog.engine, checkpoint_sha256=new_seg["seg"]["sha256"])[0])
         == 12
     )
 
@@ -519,11 +547,13 @@ def test_invalidated_by(catalog: Catalog, tmp_path: Path) -> None:
 def test_queries_accept_session_and_connection(catalog: Catalog, tmp_path: Path) -> None:
     spec, job_id = registered(catalog, tmp_path)
     catalog.record_chunk(job_id, make_chunk(spec, [1001]))
-    expected = queries.jobs(catalog.engine)
+    expected = queries.jobs_page(catalog.engine)[0]
     with Session(catalog.engine) as session:
-        assert queries.jobs(session) == expected
+        assert queries.jobs_page(session)[0] == expected
     with catalog.engine.connect() as conn:
-        assert queries.shot_outputs(conn, *SHOT) == queries.shot_outputs(catalog.engine, *SHOT)
+        assert (
+            queries.outputs_page(conn, *SHOT)[0] == queries.outputs_page(catalog.engine, *SHOT)[0]
+        )
 
 
 def test_injection_looking_filters_match_nothing(catalog: Catalog, tmp_path: Path) -> None:
@@ -531,19 +561,19 @@ def test_injection_looking_filters_match_nothing(catalog: Catalog, tmp_path: Pat
     catalog.record_chunk(job_id, make_chunk(spec, [1001]))
     for evil in ("x' OR '1'='1", "'; DROP TABLE jobs; --", "%", "sh0010' --", 'demo" OR 1=1 --'):
         _match_nothing(catalog, spec.plate, evil)
-    assert len(queries.jobs(catalog.engine)) == 1  # nothing was dropped or changed
-    assert len(queries.shot_outputs(catalog.engine, *SHOT)) == OUTPUTS_PER_FRAME
+    assert len(queries.jobs_page(catalog.engine)[0]) == 1  # nothing was dropped or changed
+    assert len(queries.outputs_page(catalog.engine, *SHOT)[0]) == OUTPUTS_PER_FRAME
 
 
 def _match_nothing(catalog: Catalog, plate: str, evil: str) -> None:
     engine = catalog.engine
-    assert queries.shot_coverage(engine, show=evil) == []
-    assert queries.shot_coverage(engine, shot=evil) == []
-    assert queries.shot_outputs(engine, "demo", "sq010", evil) == []
-    assert queries.shot_outputs(engine, *SHOT, pass_name=evil) == []
-    assert queries.jobs(engine, status=evil) == []
-    assert queries.jobs(engine, sequence=evil) == []
-    assert queries.invalidated_by(engine, plate_sha256=evil, checkpoint_sha256=evil) == []
+    assert queries.shots_page(engine, show=evil)[0] == []
+    assert queries.shots_page(engine, shot=evil)[0] == []
+    assert queries.outputs_page(engine, "demo", "sq010", evil)[0] == []
+    assert queries.outputs_page(engine, *SHOT, pass_name=evil)[0] == []
+    assert queries.jobs_page(engine, status=evil)[0] == []
+    assert queries.jobs_page(engine, sequence=evil)[0] == []
+    assert queries.invalidated_page(engine, plate_sha256=evil, checkpoint_sha256=evil)[0] == []
     assert queries.output_provenance(engine, evil) is None
     assert catalog.known_plate_frames("demo", "sq010", evil, plate) == {}
     assert catalog.known_plate_frames(*SHOT, evil) == {}

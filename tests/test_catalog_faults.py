@@ -107,7 +107,7 @@ def test_a_postgres_restart_mid_shot_loses_no_frame(home, client, pg, quick_duri
     assert result.status == "complete", result.failed
     assert sorted(result.done) == FRAMES
     assert _exr_rows_per_frame(catalog) == dict.fromkeys(FRAMES, 1)
-    job = queries.jobs(catalog.engine, job_id=result.job_id)[0]
+    job = queries.job(catalog.engine, result.job_id)
     assert (job["status"], job["frames_done"], job["frames_total"]) == ("complete", 8, 8)
 
 
@@ -132,7 +132,7 @@ def test_a_database_away_for_good_is_named_then_its_frames_are_adopted(
         pg.start()
     message = str(raised.value)
     assert f"127.0.0.1:{pg.port}" in message and "frames are not recorded" in message
-    first_job = queries.jobs(catalog.engine, limit=1)[0]
+    first_job = queries.jobs_page(catalog.engine, limit=1)[0][0]
     recorded = first_job["frames_done"]
     assert first_job["status"] == "running" and 0 < recorded < len(FRAMES)
 
@@ -142,7 +142,7 @@ def test_a_database_away_for_good_is_named_then_its_frames_are_adopted(
     assert len(again.skipped) == recorded
     assert sorted(again.skipped + again.adopted) == FRAMES
     assert _exr_rows_per_frame(catalog) == dict.fromkeys(FRAMES, 1)
-    closed = queries.jobs(catalog.engine, job_id=first_job["id"])[0]
+    closed = queries.job(catalog.engine, first_job["id"])
     assert closed["status"] == "partial"
     assert "ended without finishing" in closed["message"]
 
@@ -201,7 +201,7 @@ def test_a_job_whose_process_is_gone_is_closed_by_the_next(home, client):
         plan.spec, plan.plate, None, output_root=plan.paths.root, owner="x:1:1:y", lease_s=0
     )
     assert new_id != job_id
-    closed = queries.jobs(catalog.engine, job_id=job_id)[0]
+    closed = queries.job(catalog.engine, job_id)
     assert closed["status"] == "failed" and "ended without finishing" in closed["message"]
 
 
@@ -258,6 +258,6 @@ def test_a_jobs_frame_counts_add_up_with_a_hole(home, client):
     catalog = open_catalog(settings.catalog)
     result = run_planned_shot(plan_shot(spec, settings), catalog, client)
     assert result.status == "partial" and list(result.failed) == [1003]
-    job = queries.jobs(catalog.engine, job_id=result.job_id)[0]
+    job = queries.job(catalog.engine, result.job_id)
     counts = (job["frames_total"], job["frames_done"], job["frames_failed"])
     assert counts == (5, 4, 1)

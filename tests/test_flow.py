@@ -85,14 +85,16 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     assert script.node("Cryptomatte_BodyPart").knobs["cryptoLayer"] == "CryptoBodyPart"
 
     catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
-    outputs = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=500)
+    outputs, _ = queries.outputs_page(
+        catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=500
+    )
     by_file = {}
     for row in outputs:
         by_file.setdefault(row["uri"], set()).add(row["sha256"])
     assert len(by_file) == 12
     for uri, shas in by_file.items():  # the catalog's checksum is the file's
         assert shas == {_sha(uri)}
-    coverage = queries.shot_coverage(catalog.engine, show="demo")
+    coverage = queries.shots_page(catalog.engine, show="demo")[0]
     assert coverage[0]["passes"] == {
         p: 12 for p in ("albedo", "matte", "normal", "pointmap", "pose", "seg")
     }
@@ -128,7 +130,7 @@ def test_a_corrupt_frame_gives_partial_with_that_frame_named(home, prefect_api, 
     assert "astronaut.1004.exr" in result["failed"][1004]
     assert len(result["done"]) == 5
     catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
-    job = queries.jobs(catalog.engine, job_id=result["job_id"])[0]
+    job = queries.job(catalog.engine, result["job_id"])
     assert job["status"] == "partial"
     assert [f["frame"] for f in job["failed_frames"]] == [1004]
 

@@ -122,9 +122,9 @@ def test_outputs_the_catalog_does_not_know_are_recorded_not_recomputed(shot, tmp
     assert _redone(result) == [1002]
     assert sorted(result.adopted) == [1001, 1003, 1004]
     catalog = open_catalog(fresh)
-    rows = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=100)
+    rows = queries.outputs_page(catalog.engine, "demo", "sq010", "sh010", kind="exr", limit=100)[0]
     assert {r["frame"] for r in rows} == set(FRAMES)
     for row in rows:  # what the catalog says is what is on disk
         assert row["sha256"] == sha256_file(row["uri"])
-    job = queries.jobs(catalog.engine, job_id=result.job_id)[0]
+    job = queries.job(catalog.engine, result.job_id)
     assert (job["frames_done"], job["frames_total"]) == (4, 4)

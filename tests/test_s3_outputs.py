@@ -149,7 +149,7 @@ def test_a_shot_with_plate_and_outputs_on_s3(
         assert result.extras[f"review_clip_{pass_name}"].startswith("s3://")
 
     # catalog: s3:// URIs whose checksums are the objects' bytes
-    rows = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", limit=1000)
+    rows = queries.outputs_page(catalog.engine, "demo", "sq010", "sh010", limit=1000)[0]
     by_uri: dict[str, set[str]] = {}
     for row in rows:
         if row["kind"] != "zarr":

@@ -112,7 +112,7 @@ def test_a_watched_bucket_through_five_scans(
     out = f"{url}/out/ab/sq010/sh010/bg01/sapiens2_v001"
     exrs = sorted(p for p in fs.ls(out, detail=False) if p.endswith(".exr"))
     assert [p.rsplit(".", 2)[-2] for p in exrs] == ["1001", "1002", "1003", "1005"]
-    shots = queries.shot_coverage(catalog.engine, show="ab")
+    shots = queries.shots_page(catalog.engine, show="ab")[0]
     assert shots[0]["job_status"] == "partial" and shots[0]["passes"]["normal"] == 4
 
     # 2. nothing new: nothing submitted, no model work
@@ -147,7 +147,8 @@ def test_a_watched_bucket_through_five_scans(
     (result,) = ran.results
     assert result["status"] == "partial"
     assert result["done"] == [1003] and list(result["failed"]) == [1005]
-    jobs = queries.jobs(catalog.engine, show="ab", limit=10)  # newest first; scan 2 made none
+    jobs, _ = queries.jobs_page(catalog.engine, show="ab", limit=10)  # newest first
+    # (scan 2 made none)
     assert [j["status"] for j in jobs] == ["partial", "complete", "complete", "partial"]
     assert [f["frame"] for f in jobs[0]["failed_frames"]] == [1005]
     assert "missing" in jobs[0]["failed_frames"][0]["error"]

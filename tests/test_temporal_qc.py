@@ -81,7 +81,7 @@ def test_scores_recorded_beside_outputs_listed_flagged_and_drawn(filled: Filled)
     uris = {f: (exr_uri(spec, f),) for f in done}
     filled.catalog.record_flicker(job, flicker, uris)
 
-    outputs = queries.shot_outputs(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)
+    outputs = queries.outputs_page(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)[0]
     scored = {(o["pass_name"], o["frame"]): o["flicker"] for o in outputs}
     assert scored[("normal", 1005)] == 7.5 and scored[("seg", 1005)] == 0.9
 
@@ -98,8 +98,8 @@ def test_scores_recorded_beside_outputs_listed_flagged_and_drawn(filled: Filled)
 
     job_view = filled.client.get(f"/api/jobs/{job}").json()
     assert job_view["flagged_frames"] == [{"pass_name": "normal", "frame": 1005, "flicker": 7.5}]
-    rows = queries.jobs(filled.catalog.engine, job_id=job, flicker_threshold=0.95)
-    assert len(rows[0]["flagged_frames"]) == len(done)
+    found = queries.job(filled.catalog.engine, job, flicker_threshold=0.95)
+    assert len(found["flagged_frames"]) == len(done)
 
     page = filled.client.get(f"/shots/{A}").text
     charts = re.findall(r'<section class="qc" id="qc-(\w+)">(.*?)</section>', page, re.S)
@@ -120,7 +120,7 @@ def test_a_remade_output_loses_its_score_until_scored_again(filled: Filled) -> N
     job = filled.jobs[A]
     filled.catalog.record_flicker(job, {"normal": {1001: 9.0}}, {1001: (exr_uri(spec, 1001),)})
     filled.catalog.record_chunk(job, make_chunk(spec, [1001], output_sha_salt="remade"))
-    outputs = queries.shot_outputs(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)
+    outputs = queries.outputs_page(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)[0]
     assert {o["flicker"] for o in outputs if o["frame"] == 1001} == {None}
 
 

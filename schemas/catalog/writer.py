@@ -48,10 +48,12 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from schemas.catalog import models as m
-from schemas.catalog.db import describe, forget
+from schemas.catalog.engine import close_engine, describe
 from schemas.catalog.errors import CatalogDamaged, CatalogUnavailable, JobConflict
 from schemas.catalog.lease import LEASE_S, owner_alive
-from schemas.catalog.queries import jobs, reading, with_shot
+from schemas.catalog.queries.by_shot import with_shot
+from schemas.catalog.queries.jobs import job as read_job
+from schemas.catalog.queries.paging import reading
 from schemas.catalog.uris import normalise_uri
 from storage.retry import RetriesExhausted, RetryPolicy, with_retries
 
@@ -107,7 +109,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class Catalog:
-    """Writer API over one engine (see ``schemas.catalog.db.open_catalog``)."""
+    """Writer API over one engine (see ``schemas.catalog.opening.open_catalog``)."""
 
     def __init__(self, engine: Engine, retry: RetryPolicy = CATALOG_RETRY) -> None:
         self.engine = engine
@@ -116,8 +118,7 @@ class Catalog:
 
     def close(self) -> None:
         """Release the engine's connections; `open_catalog` then opens the catalog afresh."""
-        forget(self.engine)
-        self.engine.dispose()
+        close_engine(self.engine)
 
     def with_retry(self, policy: RetryPolicy) -> Catalog:
         """The same catalog (same engine) waiting at most as ``policy`` says on each write."""
@@ -406,11 +407,11 @@ class Catalog:
         self._write(work, f"setting the flow run of job {job_id}")
 
     def job(self, job_id: int) -> dict[str, Any]:
-        """The job as ``queries.jobs`` shows it (with its failed frames)."""
-        found = self._read(lambda conn: jobs(conn, job_id=job_id, limit=1), f"reading job {job_id}")
-        if not found:
+        """The job as ``queries.job`` shows it (with its failed frames)."""
+        found = self._read(lambda conn: read_job(conn, job_id), f"reading job {job_id}")
+        if found is None:
             raise LookupError(f"no job {job_id} in the catalog")
-        return found[0]
+        return found
 
     # -- what the planner asks -----------------------------------------------------------
     def known_plate_frames(

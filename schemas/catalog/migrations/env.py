@@ -1,5 +1,5 @@
-"""Alembic environment for the catalog. Run through ``schemas.catalog.db.migrate``, which hands
-over an open connection in ``config.attributes["connection"]``; a ``sqlalchemy.url`` main
+"""Alembic environment for the catalog. Run through ``schemas.catalog.engine.migrate``, which
+hands over an open connection in ``config.attributes["connection"]``; a ``sqlalchemy.url`` main
 option works too (for ``alembic`` on the command line with a hand-made config)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from alembic import context
 from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
-from schemas.catalog.db import VERSION_TABLE, make_engine
+from schemas.catalog.engine import VERSION_TABLE, make_engine
 from schemas.catalog.models import Base, UTCDateTime
 
 config = context.config

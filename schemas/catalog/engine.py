@@ -19,27 +19,23 @@ catalog can share a database with other Alembic users (Prefect's server).
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
 import weakref
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError
 
 from schemas.catalog.errors import CatalogDamaged
 
 if TYPE_CHECKING:
-    from schemas.catalog.writer import Catalog
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
 VERSION_TABLE = "catalog_alembic_version"
 # Key of the PostgreSQL advisory lock held while migrating ("svfxcat" as a 63-bit integer).
 MIGRATION_LOCK_KEY = int.from_bytes(b"svfxcat", "big")
@@ -152,7 +148,11 @@ def describe(engine: Engine) -> str:
 
 
 def alembic_config() -> Config:
-    """Alembic's configuration, built in code from the migrations shipped in this package."""
+    """Alembic's configuration, built in code from the migrations shipped in this package.
+    Alembic is imported only here and in `migrate`: it costs a third of a second, and most
+    commands (a catalog query, `svfx --help`) never migrate."""
+    from alembic.config import Config
+
     cfg = Config()
     # ConfigParser interpolates '%': escape it in the path.
     cfg.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
@@ -163,6 +163,8 @@ def alembic_config() -> Config:
 
 def migrate(engine: Engine) -> None:
     """Upgrade the catalog schema to the newest revision (a no-op when already there)."""
+    from alembic import command
+
     cfg = alembic_config()
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
@@ -173,57 +175,20 @@ def migrate(engine: Engine) -> None:
         command.upgrade(cfg, "head")
 
 
-_CATALOGS: dict[tuple[int, str], Catalog] = {}
-_CATALOGS_LOCK = threading.Lock()
+_CLOSED: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
-def open_catalog(url: str, *, retry_s: float | None = None) -> Catalog:
-    """The process's Catalog for ``url``: engine made and schema migrated on first use only.
-
-    Keyed by process id too, so a forked child makes its own engine (pooled connections must
-    not cross a fork). A cached SQLite catalog whose file was since deleted or replaced is
-    opened afresh (a new run starts a new catalog; a run in progress keeps refusing).
-    Raises CatalogDamaged for a file that is not a SQLite database (truncated, overwritten).
-    ``retry_s`` bounds how long each write waits for the database (a restart, a lock).
-    """
-    from schemas.catalog.writer import Catalog
-
-    key = (os.getpid(), parse_url(url).render_as_string(hide_password=False))
-    with _CATALOGS_LOCK:
-        catalog = _CATALOGS.get(key)
-        if catalog is not None and not _still_there(catalog.engine):
-            del _CATALOGS[key]
-            catalog.engine.dispose()
-            catalog = None
-        if catalog is None:
-            engine = make_engine(url)
-            try:
-                migrate(engine)
-            except OperationalError:
-                engine.dispose()
-                raise
-            except DatabaseError as exc:  # "file is not a database", "malformed"
-                engine.dispose()
-                reason = str(getattr(exc, "orig", None) or exc)
-                raise CatalogDamaged(
-                    describe(engine),
-                    f"not a readable catalog ({reason}); restore it from a backup or move it "
-                    "aside to start a new one",
-                ) from None
-            catalog = _CATALOGS[key] = Catalog(engine)
-    if retry_s is not None:
-        return catalog.with_retry(replace(catalog.retry, deadline_s=retry_s))
-    return catalog
+def close_engine(engine: Engine) -> None:
+    """Release ``engine``'s connections for good: ``still_usable`` says False from then on."""
+    _CLOSED.add(engine)
+    engine.dispose()
 
 
-def forget(engine: Engine) -> None:
-    """Drop the process's cached catalog on ``engine`` (it was closed)."""
-    with _CATALOGS_LOCK:
-        for key in [k for k, c in _CATALOGS.items() if c.engine is engine]:
-            del _CATALOGS[key]
-
-
-def _still_there(engine: Engine) -> bool:
+def still_usable(engine: Engine) -> bool:
+    """Whether ``engine`` may be handed out again: not closed, and its SQLite file (if it has
+    one) still the file it opened (not deleted, replaced or emptied since)."""
+    if engine in _CLOSED:
+        return False
     sqlite_file = _SQLITE_FILES.get(engine)
     try:
         if sqlite_file is not None:

@@ -1,0 +1,123 @@
+"""Outputs: pages of them by shot, pass and kind, a shot's previews, one output's file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Row, Select, func, select
+
+from schemas.catalog import models as m
+from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot, with_shot
+from schemas.catalog.queries.paging import Bind, Item, each_row, iso, page, reading
+
+OUTPUT_COLUMNS = (
+    m.Output.id,
+    *SHOT_NAMES,
+    m.Output.job_id,
+    m.Output.pass_name,
+    m.Output.frame,
+    m.Output.kind,
+    m.Output.uri,
+    m.Output.part,
+    m.Output.sha256,
+    m.Output.size_bytes,
+    m.Output.shape,
+    m.Output.dtype,
+    m.Output.cache_key,
+    m.Output.plate_sha256,
+    m.Output.provenance_id,
+    m.Checkpoint.sha256.label("checkpoint_sha256"),
+    m.Output.created_at,
+    m.Output.flicker,
+)
+
+
+def outputs_select() -> Select[Any]:
+    """Every output with OUTPUT_COLUMNS (its shot's names, its checkpoint's sha256)."""
+    stmt = (
+        select(*OUTPUT_COLUMNS)
+        .select_from(m.Output)
+        .outerjoin(m.Checkpoint, m.Checkpoint.id == m.Output.checkpoint_id)
+    )
+    return join_shot(stmt, m.Output.shot_id)
+
+
+def output_dict(row: Row[Any]) -> Item:
+    """A row of ``outputs_select`` as an output item."""
+    out = dict(row._mapping)
+    out.pop("provenance_id")
+    out["part"] = out["part"] or None
+    out["created_at"] = iso(out["created_at"])
+    return out
+
+
+def outputs_page(
+    bind: Bind,
+    show: str | None = None,
+    sequence: str | None = None,
+    shot: str | None = None,
+    pass_name: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[Item], int]:
+    """Outputs, newest first, of the named show/sequence/shot, pass and kind (None: any),
+    and the total."""
+    stmt = filter_shot(outputs_select(), show, sequence, shot)
+    if pass_name is not None:
+        stmt = stmt.where(m.Output.pass_name == pass_name)
+    if kind is not None:
+        stmt = stmt.where(m.Output.kind == kind)
+    stmt = stmt.order_by(m.Output.created_at.desc(), m.Output.id.desc())
+    return page(bind, stmt, each_row(output_dict), limit, offset)
+
+
+def newest_of_pass_frame() -> Any:
+    """1 on the newest output of each (pass, frame) of a select over outputs."""
+    return (
+        func.row_number()
+        .over(
+            partition_by=(m.Output.pass_name, m.Output.frame),
+            order_by=(m.Output.created_at.desc(), m.Output.id.desc()),
+        )
+        .label("newest")
+    )
+
+
+def preview_outputs(
+    bind: Bind, show: str, sequence: str, shot: str, frames_per_pass: int = 8
+) -> list[Item]:
+    """Preview images of the shot's first ``frames_per_pass`` frames of each pass (the newest
+    preview of each frame), ordered by pass and frame. Keys: id, pass_name, frame, uri."""
+    newest = newest_of_pass_frame()
+    previews = with_shot(
+        select(m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest),
+        m.Output.shot_id,
+        show,
+        sequence,
+        shot,
+    ).where(m.Output.kind == "preview")
+    latest = previews.subquery()
+    rank = func.dense_rank().over(partition_by=latest.c.pass_name, order_by=latest.c.frame)
+    ranked = (
+        select(latest.c.id, latest.c.pass_name, latest.c.frame, latest.c.uri, rank.label("rank"))
+        .where(latest.c.newest == 1)
+        .subquery()
+    )
+    stmt = (
+        select(ranked.c.id, ranked.c.pass_name, ranked.c.frame, ranked.c.uri)
+        .where(ranked.c["rank"] <= frames_per_pass)
+        .order_by(ranked.c.pass_name, ranked.c.frame)
+    )
+    with reading(bind) as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def output_file(bind: Bind, output_id: int) -> Item | None:
+    """An output's id, kind, URI and sha256 by its catalog id (None when unknown)."""
+    stmt = select(m.Output.id, m.Output.kind, m.Output.uri, m.Output.sha256).where(
+        m.Output.id == output_id
+    )
+    with reading(bind) as conn:
+        row = conn.execute(stmt).one_or_none()
+    return dict(row._mapping) if row is not None else None

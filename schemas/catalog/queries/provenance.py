@@ -1,0 +1,118 @@
+"""How outputs were made: everything known about the file at a path, a job's provenance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from schemas.catalog import models as m
+from schemas.catalog.queries.jobs import job_dict, jobs_select
+from schemas.catalog.queries.outputs import output_dict, outputs_select
+from schemas.catalog.queries.paging import Bind, Item, iso, reading
+from schemas.catalog.uris import normalise_uri
+
+_CHECKPOINT_COLUMNS = (
+    m.Checkpoint.sha256,
+    m.Checkpoint.arch,
+    m.Checkpoint.task,
+    m.Checkpoint.path,
+    m.Checkpoint.trained,
+    m.Checkpoint.size_bytes,
+    m.Checkpoint.created_at,
+)
+
+
+def output_provenance(bind: Bind, path: str, frame: int | None = None) -> Item | None:
+    """Everything known about how the file at ``path`` was made, or None if the catalog does
+    not know the file (a plain miss is an answer, not an error).
+
+    ``path`` may be relative, absolute or ``file://``; it is normalised as the writer
+    normalised it. ``frame`` narrows a Zarr array (one URI for all frames) to one frame.
+    Keys: ``uri``, ``outputs`` (one per pass/part/frame, each with the sha256s of the
+    checkpoints it depends on and its provenance digest), ``checkpoints``, ``provenance``,
+    ``jobs`` and ``plate_frames`` (lists: usually one entry each).
+    """
+    uri = normalise_uri(path)
+    stmt = outputs_select().where(m.Output.uri == uri)
+    if frame is not None:
+        stmt = stmt.where(m.Output.frame == frame)
+    stmt = stmt.order_by(m.Output.frame, m.Output.pass_name, m.Output.part)
+    with reading(bind) as conn:
+        rows = conn.execute(stmt).all()
+        if not rows:
+            return None
+        output_ids = [r.id for r in rows]
+        deps = conn.execute(
+            select(m.OutputCheckpoint.output_id, *_CHECKPOINT_COLUMNS)
+            .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
+            .where(m.OutputCheckpoint.output_id.in_(output_ids))
+            .order_by(m.Checkpoint.sha256)
+        ).all()
+        provenance = conn.execute(
+            select(m.Provenance.id, m.Provenance.digest, m.Provenance.data)
+            .where(m.Provenance.id.in_({r.provenance_id for r in rows}))
+            .order_by(m.Provenance.id)
+        ).all()
+        job_rows = conn.execute(jobs_select().where(m.Job.id.in_({r.job_id for r in rows}))).all()
+        wanted = {(j.plate_id, r.frame) for j in job_rows for r in rows if r.job_id == j.id}
+        plate_rows = conn.execute(
+            select(
+                m.PlateFrame.plate_id,
+                m.PlateFrame.frame,
+                m.PlateFrame.uri,
+                m.PlateFrame.sha256,
+                m.PlateFrame.size_bytes,
+                m.PlateFrame.fingerprint,
+            )
+            .where(
+                m.PlateFrame.plate_id.in_({p for p, _ in wanted}),
+                m.PlateFrame.frame.in_({f for _, f in wanted}),
+            )
+            .order_by(m.PlateFrame.frame)
+        ).all()
+    checkpoints: dict[str, dict[str, Any]] = {}
+    by_output: dict[int, list[str]] = {}
+    for dep in deps:
+        ckpt = dict(dep._mapping)
+        ckpt["created_at"] = iso(ckpt["created_at"])
+        output_id = ckpt.pop("output_id")
+        checkpoints[ckpt["sha256"]] = ckpt
+        by_output.setdefault(output_id, []).append(ckpt["sha256"])
+    digests = {p.id: p.digest for p in provenance}
+    outputs = []
+    for r in rows:
+        out = output_dict(r)
+        out["checkpoints"] = by_output.get(r.id, [])
+        out["provenance_digest"] = digests[r.provenance_id]
+        outputs.append(out)
+    return {
+        "uri": uri,
+        "outputs": outputs,
+        "checkpoints": list(checkpoints.values()),
+        "provenance": [{"digest": p.digest, "data": p.data} for p in provenance],
+        "jobs": [job_dict(j) for j in job_rows],
+        "plate_frames": [
+            {
+                "frame": pf.frame,
+                "uri": pf.uri or None,
+                "sha256": pf.sha256,
+                "size_bytes": pf.size_bytes,
+                "fingerprint": pf.fingerprint,
+            }
+            for pf in plate_rows
+            if (pf.plate_id, pf.frame) in wanted
+        ],
+    }
+
+
+def job_provenance(bind: Bind, job_id: int) -> list[Item]:
+    """The distinct provenance records (digest, data) of a job's outputs."""
+    used = select(m.Output.provenance_id).where(m.Output.job_id == job_id)
+    stmt = (
+        select(m.Provenance.digest, m.Provenance.data)
+        .where(m.Provenance.id.in_(used))
+        .order_by(m.Provenance.id)
+    )
+    with reading(bind) as conn:
+        return [{"digest": r.digest, "data": r.data} for r in conn.execute(stmt)]

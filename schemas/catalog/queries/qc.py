@@ -1,0 +1,81 @@
+"""Temporal QC: flicker scores per pass and frame, and the frames a job's outputs flag."""
+
+from __future__ import annotations
+
+from sqlalchemy import and_, func, or_, select
+
+from schemas.catalog import models as m
+from schemas.catalog.queries.by_shot import with_shot
+from schemas.catalog.queries.outputs import newest_of_pass_frame
+from schemas.catalog.queries.paging import Bind, Item, reading
+
+DEFAULT_FLICKER_THRESHOLD = 3.0  # schemas.settings.Settings.qc_flicker_threshold's default
+
+
+def flagged_frames(bind: Bind, job_ids: list[int], threshold: float) -> dict[int, list[Item]]:
+    """Per job: the EXR outputs in its output folder whose flicker score is above
+    ``threshold``, by pass and frame (one query for all the jobs). Keys: pass_name, frame,
+    flicker. The folder, not the job id, picks them (a resubmit scores the frames an earlier
+    job made too); a job without a recorded folder, by its own outputs. Folders and URIs are
+    stored normalised (``normalise_uri``), so a plain prefix comparison holds."""
+    job, out = m.Job, m.Output
+    folder = job.output_root.concat("/")
+    in_folder = func.substr(out.uri, 1, func.length(folder)) == folder
+    mine = or_(
+        and_(job.output_root.is_not(None), in_folder),
+        and_(job.output_root.is_(None), out.job_id == job.id),  # recorded before folders were
+    )
+    stmt = (
+        select(job.id.label("job_id"), out.pass_name, out.frame, out.flicker)
+        .distinct()  # one row per part of the EXR
+        .select_from(job)
+        .join(out, out.shot_id == job.shot_id)
+        .where(job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, mine)
+        .order_by(job.id, out.pass_name, out.frame)
+    )
+    found: dict[int, list[Item]] = {}
+    with reading(bind) as conn:
+        for row in conn.execute(stmt):
+            found.setdefault(row.job_id, []).append(
+                {"pass_name": row.pass_name, "frame": row.frame, "flicker": row.flicker}
+            )
+    return found
+
+
+def flicker_scores(
+    bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
+) -> list[Item]:
+    """The temporal QC score of each (pass, frame) of the shot (the newest scored EXR
+    output), with the id of the frame's newest preview for a link (None without one).
+    Keys: pass_name, frame, flicker, uri, preview_id, preview_uri; by pass and frame."""
+    newest = newest_of_pass_frame()
+    cols = (m.Output.pass_name, m.Output.frame, m.Output.flicker, m.Output.uri, newest)
+    scored = with_shot(select(*cols), m.Output.shot_id, show, sequence, shot).where(
+        m.Output.kind == "exr", m.Output.flicker.is_not(None)
+    )
+    if pass_name is not None:
+        scored = scored.where(m.Output.pass_name == pass_name)
+    pcols = (m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest)
+    previews = with_shot(select(*pcols), m.Output.shot_id, show, sequence, shot).where(
+        m.Output.kind == "preview"
+    )
+    s_ = scored.subquery()
+    p_ = previews.subquery()
+    stmt = (
+        select(
+            s_.c.pass_name,
+            s_.c.frame,
+            s_.c.flicker,
+            s_.c.uri,
+            p_.c.id.label("preview_id"),
+            p_.c.uri.label("preview_uri"),
+        )
+        .outerjoin(
+            p_,
+            (p_.c.pass_name == s_.c.pass_name) & (p_.c.frame == s_.c.frame) & (p_.c.newest == 1),
+        )
+        .where(s_.c.newest == 1)
+        .order_by(s_.c.pass_name, s_.c.frame)
+    )
+    with reading(bind) as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]
