@@ -4,7 +4,8 @@
 serve`` or a work pool runs them) and asks Prefect which runs are still in flight, so a scan
 never submits the same plate twice while a run for it is pending or running.
 ``InlineSubmitter`` runs ``process_shot`` in this process, one shot after another (``svfx
-scan`` by hand, with no server). Both take a validated ``ShotSpec``.
+scan`` by hand, with no server). Both take a validated ``ShotSpec``. ``run_shot_here`` runs
+one shot in this process against a Prefect API it makes sure of (``svfx submit``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from schemas.catalog.uris import normalise_uri
+from schemas.settings import Settings
 from schemas.spec import ShotSpec
+
+from .orchestrator import prefect_api
+from .progress import Listener, listening
 
 log = logging.getLogger("svfx.submit")
 
@@ -143,6 +148,21 @@ class InlineSubmitter:
         if result.get("job_id") is None:  # refused before any work
             raise SubmissionRefused(str(result.get("error") or "refused"))
         return f"inline-{result.get('job_id')}"
+
+
+def run_shot_here(
+    spec: dict[str, Any], dask_address: str | None, settings: Settings, on_progress: Listener
+) -> dict[str, Any]:
+    """Run the process-shot flow here, against the configured Prefect API or an embedded
+    one that lives as long as this call (`flows.orchestrator`), telling ``on_progress`` how
+    the shot goes; OrchestratorError when there is no Prefect API to run against."""
+    from .process_shot import process_shot
+
+    with (
+        prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s),
+        listening(on_progress),
+    ):
+        return dict(process_shot(spec, dask_address))
 
 
 class SubmissionRefused(Exception):

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from api.app import WORKER_SETTINGS, app_from_environment, run_api
-from flows import cli
+from cli.main import app as svfx_app
 from schemas.settings import Settings
 from tests import api_fixtures, catalog_fixtures
 from tests.api_fixtures import AUTH, A, Filled, detail, good_spec
@@ -141,7 +141,7 @@ def test_head_is_answered_wherever_get_is(filled: Filled) -> None:
 
 
 def test_cli_help_names_the_openapi_document_and_workers() -> None:
-    result = CliRunner().invoke(cli.app, ["api", "--help"])
+    result = CliRunner().invoke(svfx_app, ["api", "--help"])
     assert result.exit_code == 0
     assert "/openapi.json" in result.stdout and "/docs" not in result.stdout
     assert "--workers" in result.stdout
@@ -159,11 +159,11 @@ def test_cli_passes_workers_to_run_api(tmp_path: Path, monkeypatch: pytest.Monke
     _env_for_cli(tmp_path, monkeypatch)
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr("api.app.run_api", lambda *args, **kw: calls.append({"args": args, **kw}))
-    result = CliRunner().invoke(cli.app, ["api", "--port", "8124", "--workers", "3"])
+    result = CliRunner().invoke(svfx_app, ["api", "--port", "8124", "--workers", "3"])
     assert result.exit_code == 0, result.output
     ((call,),) = [calls]
     assert (call["args"][:2], call["workers"]) == (("127.0.0.1", 8124), 3)
-    refused = CliRunner().invoke(cli.app, ["api", "--workers", "0"])
+    refused = CliRunner().invoke(svfx_app, ["api", "--workers", "0"])
     assert refused.exit_code == 2 and len(calls) == 1
 
 

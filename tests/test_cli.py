@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from flows import cli
+from cli import submit as submit_commands
+from cli.main import app as svfx_app
 from tests.shot_helpers import make_plate
 
 SHOT = "demo/sq010/sh010"
@@ -28,7 +29,7 @@ runner = CliRunner()
 
 
 def invoke(*args: str) -> Result:
-    return runner.invoke(cli.app, list(args))
+    return runner.invoke(svfx_app, list(args))
 
 
 def why(result: Result) -> str:
@@ -87,7 +88,7 @@ def home(tmp_path, monkeypatch, plate) -> Path:
     def must_not_run(*_args: Any, **_kwargs: Any) -> None:
         raise AssertionError("the flow was started: preflight let bad input through")
 
-    monkeypatch.setattr(cli, "_run_flow", must_not_run)
+    monkeypatch.setattr(submit_commands, "_run_flow", must_not_run)
     return tmp_path
 
 

@@ -5,7 +5,7 @@ In-process (CliRunner; the flow must never start): an output path that is a file
 frames that are links out of the allowed roots, a truncated catalog, every command's --help,
 the embedded Prefect server that cannot start in time.
 
-As real processes (`python -m flows.cli`, the embedded Prefect server of its own):
+As real processes (`python -m cli`, the embedded Prefect server of its own):
 - `svfx submit` killed with SIGKILL mid-shot leaves no process behind; the resubmit closes
   the dead job and recomputes only the frames that had not been written;
 - two identical submits at once: the second follows the first, every frame is computed once.
@@ -27,7 +27,8 @@ import psutil
 import pytest
 import typer
 
-from flows import cli
+from cli import submit as submit_commands
+from cli.main import app as svfx_app
 from schemas.catalog import open_catalog, queries
 from tests.shot_helpers import make_plate
 from tests.test_cli import SHOT, _svfx_env, assert_refused, invoke, submit, why
@@ -42,7 +43,7 @@ def home(tmp_path, monkeypatch) -> Path:
     def must_not_run(*_args: Any, **_kwargs: Any) -> None:
         raise AssertionError("the flow was started: preflight let bad input through")
 
-    monkeypatch.setattr(cli, "_run_flow", must_not_run)
+    monkeypatch.setattr(submit_commands, "_run_flow", must_not_run)
     return tmp_path
 
 
@@ -94,7 +95,7 @@ def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()) -> list[tuple[st
     return found
 
 
-@pytest.mark.parametrize("command", _commands(cli.app), ids=" ".join)
+@pytest.mark.parametrize("command", _commands(svfx_app), ids=" ".join)
 def test_every_command_has_working_help(command):
     result = invoke(*command, "--help")
     assert result.exit_code == 0, why(result)
@@ -124,7 +125,7 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def _svfx(home: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=REPO,
         env=_env(home),
         text=True,
@@ -181,7 +182,7 @@ def test_a_killed_submit_leaves_nothing_behind_and_the_resubmit_redoes_only_the_
     assert sorted(result["done"]) == sorted(set(range(1001, 1011)) - written)
     assert sorted(result["skipped"] + result["adopted"]) == sorted(written)
     catalog = open_catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
-    killed = queries.jobs(catalog.engine, limit=10)[-1]
+    killed = queries.jobs_page(catalog.engine, limit=10)[0][-1]
     assert killed["id"] != result["job_id"] and killed["status"] in ("partial", "failed")
     assert "ended without finishing" in killed["message"]
     assert "Traceback" not in err
@@ -196,7 +197,7 @@ def test_two_identical_submits_compute_each_frame_once(tmp_path):
     def running() -> bool:
         if not catalog_file.exists():
             return False
-        jobs = queries.jobs(open_catalog(f"sqlite:///{catalog_file}").engine, limit=5)
+        jobs = queries.jobs_page(open_catalog(f"sqlite:///{catalog_file}").engine, limit=5)[0]
         return any(j["status"] == "running" for j in jobs)
 
     _wait_for(running, 600, first)
@@ -209,7 +210,7 @@ def test_two_identical_submits_compute_each_frame_once(tmp_path):
     followed = json.loads(out2)
     assert sorted(computed["done"]) == list(range(1001, 1007))
     assert followed["id"] == computed["job_id"] and followed["status"] == "complete"
-    jobs = queries.jobs(open_catalog(f"sqlite:///{catalog_file}").engine, limit=10)
+    jobs = queries.jobs_page(open_catalog(f"sqlite:///{catalog_file}").engine, limit=10)[0]
     assert [j["id"] for j in jobs] == [computed["job_id"]], "the second submit made no job"
 
 
@@ -217,7 +218,7 @@ def test_two_identical_submits_compute_each_frame_once(tmp_path):
 def test_an_orchestrator_that_cannot_start_in_time_is_a_message(tmp_path):
     plate = make_plate(tmp_path / "plates", frames=1)
     done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", *_submit_args(plate, tmp_path)],
+        [sys.executable, "-m", "cli", *_submit_args(plate, tmp_path)],
         cwd=REPO,
         env=_env(tmp_path, SVFX_PREFECT_START_TIMEOUT_S="0.05"),
         capture_output=True,
@@ -267,10 +268,10 @@ def test_a_refusal_imports_neither_torch_nor_prefect_nor_dask(tmp_path):
     plate = make_plate(tmp_path / "plates", frames=1)
     code = (
         "import sys\n"
-        "from flows import cli\n"
+        "from cli.main import main\n"
         f"sys.argv = ['svfx', 'submit', {plate!r}, '--shot', 'demo/sq010/sh010', "
         f"'--output', '/etc/not-allowed']\n"
-        "try:\n    cli.main()\nexcept SystemExit as exit:\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n"
         "    heavy = [m for m in ('torch', 'prefect', 'distributed') if m in sys.modules]\n"
         "    print(exit.code, heavy)\n"
     )
@@ -289,12 +290,12 @@ def test_the_untrained_warning_says_why_with_or_without_a_root(monkeypatch):
     from rich.console import Console
 
     printed = Console(record=True, width=300)
-    monkeypatch.setattr(cli, "err", printed)
+    monkeypatch.setattr(submit_commands, "err", printed)
     plate = SimpleNamespace(colorspace_guessed=False)
     spec = SimpleNamespace(model_size="auto")
     for note in ("no checkpoint root was given", "/models holds no checkpoint"):
         plan = SimpleNamespace(untrained=["seg"], checkpoint_note=note, plate=plate)
-        cli._warn_before_run(plan, spec)
+        submit_commands._warn_before_run(plan, spec)
     text = printed.export_text()
     assert "UNTRAINED MODELS: seg use random weights (no checkpoint root was given)" in text
     assert "(/models holds no checkpoint)" in text

@@ -91,7 +91,7 @@ def test_asking_for_more_gpus_than_visible_is_an_error(monkeypatch):
 
 
 def test_svfx_worker_refuses_a_bad_gpu_count(monkeypatch, tmp_path):
-    from flows import cli
+    from cli.main import app as svfx_app
 
     monkeypatch.setenv("SVFX_HOME", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
@@ -100,7 +100,7 @@ def test_svfx_worker_refuses_a_bad_gpu_count(monkeypatch, tmp_path):
         raise AssertionError("a worker process was started")
 
     monkeypatch.setattr(workers.subprocess, "Popen", must_not_start)
-    result = CliRunner().invoke(cli.app, ["worker", ADDRESS, "--gpus", "2"])
+    result = CliRunner().invoke(svfx_app, ["worker", ADDRESS, "--gpus", "2"])
     assert result.exit_code == 2, result.output
     assert "asked for 2 GPU workers but only 1 GPUs are visible" in result.stderr
 
@@ -171,7 +171,7 @@ def _scheduler(stack: ExitStack, tmp: Path) -> str:
 
 def _svfx_worker(tmp: Path, address: str, name: str) -> subprocess.Popen[bytes]:
     return _start(
-        ["-m", "flows.cli", "worker", address, "--gpus", "0"],
+        ["-m", "cli", "worker", address, "--gpus", "0"],
         tmp / f"{name}.log",
         _env(tmp / "home"),
     )
@@ -232,7 +232,7 @@ def test_a_shot_submitted_with_svfx_dask_address_runs_on_those_workers(
 ):
     from sqlalchemy import select
 
-    from flows import cli
+    from cli.main import app as svfx_app
     from schemas.catalog import open_catalog
     from schemas.catalog.models import JobFrame
     from tasks.model_cache import resident_models
@@ -254,7 +254,7 @@ def test_a_shot_submitted_with_svfx_dask_address_runs_on_those_workers(
 
     pattern = make_plate(tmp_path / "plates", frames=4)
     result = CliRunner().invoke(
-        cli.app,
+        svfx_app,
         [
             "submit",
             pattern,

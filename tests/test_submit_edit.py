@@ -16,7 +16,8 @@ import opentimelineio as otio
 import pytest
 from rich.console import Console
 
-from flows import cli
+from cli import console as cli_console
+from cli import submit as submit_commands
 from flows.edit_cuts import CutError, CutOptions, CutPlan, load_cut, plan_cut, read_cut
 from flows.plate_template import TemplateError
 from tests.plates import write_sequence
@@ -329,12 +330,12 @@ def test_an_unreadable_cut_is_one_error_naming_the_file(tmp_path):
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> Path:
     _svfx_env(monkeypatch, tmp_path / "home", tmp_path)
-    monkeypatch.setattr(cli, "console", Console(width=400))  # table cells unfolded
+    monkeypatch.setattr(cli_console, "console", Console(width=400))  # table cells unfolded
 
     def must_not_run(*_: Any, **__: Any) -> None:
         raise AssertionError("a dry run must not run a flow")
 
-    monkeypatch.setattr(cli, "_run_flow", must_not_run)
+    monkeypatch.setattr(submit_commands, "_run_flow", must_not_run)
     return tmp_path
 
 

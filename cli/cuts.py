@@ -1,0 +1,219 @@
+"""`svfx submit-edit`: one shot per clip of an editorial cut (OTIO, CMX3600 EDL, FCP 7 XML).
+Reading and planning the cut is `flows.edit_cuts`; here are the table, the prompt and the exit
+code."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from flows.edit_cuts import (
+    DEFAULT_PLATE_TEMPLATE,
+    DEFAULT_SHOT_TEMPLATE,
+    CutError,
+    CutOptions,
+    CutPlan,
+    load_cut,
+    plan_cut,
+)
+from flows.orchestrator import OrchestratorError, prefect_api
+from flows.plate_template import TemplateError
+from schemas.settings import Settings
+from storage.sequences import PlateSequence, discover_sequence
+
+from .console import (
+    EXIT_FAILED,
+    EXIT_OK,
+    GuessedColourOpt,
+    JsonOpt,
+    err,
+    exit_code,
+    fail,
+    get_settings,
+    interactive,
+    print_json,
+    refusing,
+    table,
+)
+from .submit import absolute_paths, run_here
+
+
+# -- cuts in ---------------------------------------------------------------------------------
+def submit_edit(
+    cut: Annotated[str, typer.Argument(help="the cut: .otio/.otioz, CMX3600 .edl, FCP 7 .xml")],
+    show: Annotated[str, typer.Option(help="show of every shot")],
+    seq: Annotated[str, typer.Option(help="sequence of every shot")],
+    handles: Annotated[
+        int, typer.Option(min=0, help="frames added before and after each clip's source range")
+    ] = 0,
+    shot_template: Annotated[
+        str | None,
+        typer.Option(
+            help="the shot name from the clip's fields: {clip} (default), {marker} (e.g. an EDL "
+            "* LOC: name), {reel}, {index} ({index:03d}), {track}, {show}, {seq}"
+        ),
+    ] = None,
+    plates_root: Annotated[
+        str | None, typer.Option(help="find every plate here by --plate-template, not the cut's")
+    ] = None,
+    plate_template: Annotated[
+        str | None,
+        typer.Option(help="plate under --plates-root; default {shot}/plate/{shot}_plate.####.exr"),
+    ] = None,
+    rate: Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")] = 24.0,
+    passes: Annotated[str, typer.Option(help="comma-separated")] = (
+        "normal,pointmap,albedo,matte,seg,pose"
+    ),
+    model_size: Annotated[str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b")] = "auto",
+    output: Annotated[
+        str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
+    ] = None,
+    colorspace: GuessedColourOpt = None,
+    checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
+    version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
+    no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
+    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit one shot per clip of an editorial cut, one after another. Clips sharing a plate
+    submit once; a clip that cannot run is named with the reason and the others go on. Exit 0
+    all complete, 1 some partial, 2 a clip refused or a shot failed."""
+    settings = get_settings()
+    interactive()
+    options = CutOptions(
+        show=show,
+        seq=seq,
+        handles=handles,
+        shot_template=shot_template or DEFAULT_SHOT_TEMPLATE,
+        plates_root=absolute_paths({"plate": plates_root})["plate"],
+        plate_template=plate_template or DEFAULT_PLATE_TEMPLATE,
+        rate=rate,
+    )
+    shared = absolute_paths(
+        {
+            "passes": passes,
+            "model_size": model_size,
+            "output_root": output,
+            "colorspace": colorspace,
+            "checkpoint_root": checkpoint_root,
+            "version": version,
+            "previews": not no_previews,
+            "review_clips": not no_previews,
+        }
+    )
+    plan = _cut_plan(cut, options, shared, settings)
+    if as_json and dry_run:
+        print_json(plan.as_dict())
+    elif not as_json:
+        _show_cut(plan)
+    if dry_run:
+        raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
+    results = _run_cut(plan, settings, dask_address, as_json)
+    if as_json:
+        shots = [{**s.as_dict(), "result": r} for s, r in zip(plan.shots, results, strict=True)]
+        print_json({**plan.as_dict(), "shots": shots})
+    else:
+        _show_cut_results(plan, results)
+    raise typer.Exit(exit_code(bool(plan.refused), results))
+
+
+def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: Settings) -> CutPlan:
+    """Read the cut and plan its shots; an unreadable cut or a bad template or shared option
+    is one line and exit 2."""
+
+    def discover(pattern: str) -> PlateSequence:
+        return discover_sequence(pattern, None, settings.storage_options_for(pattern))
+
+    try:
+        clips = load_cut(cut, options)
+    except (CutError, TemplateError) as exc:
+        raise fail(str(exc)) from None
+    return refusing(
+        lambda: plan_cut(
+            clips,
+            show=options.show,
+            seq=options.seq,
+            submit=shared,
+            roots=settings.roots,
+            output_root=settings.outputs,
+            discover=discover,
+            source=cut,
+        )
+    )
+
+
+def _show_cut(plan: CutPlan) -> None:
+    """The clips -> shots -> frames -> plate table, what would be submitted, and each refused
+    clip on stderr (named, with the reason)."""
+    rows = [
+        {
+            "clip": f"{c.index} {c.name}" if c.name else f"{c.index} (no name)",
+            "record": c.record,
+            "shot": c.shot,
+            "frames": c.frames,
+            "plate": c.plate,
+            "problem": "; ".join(c.problems),
+        }
+        for c in plan.clips
+    ]
+    table(rows, ["clip", "record", "shot", "frames", "plate", "problem"], title=plan.source)
+    shots = [{**s.as_dict(), "clips": len(s.clips)} for s in plan.shots]
+    if shots:
+        table(shots, ["shot", "frames", "plate", "clips"], title=f"shots to submit: {len(shots)}")
+    for clip in plan.refused:
+        for problem in clip.problems:
+            err.print(
+                f"[bold red]refused:[/] {escape(clip.label)}: {escape(problem)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+def _run_cut(
+    plan: CutPlan, settings: Settings, dask_address: str | None, as_json: bool
+) -> list[dict[str, Any]]:
+    """Run each shot here, one after another, against one Prefect API (as `svfx scan` does
+    without --queue); each has its progress bar and summary."""
+    results: list[dict[str, Any]] = []
+    if not plan.shots:
+        return results
+    try:
+        with prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s):
+            for shot in plan.shots:
+                spec = shot.spec.model_dump(mode="json")
+                results.append(run_here(spec, dask_address, settings, as_json))
+    except OrchestratorError as exc:
+        raise fail(str(exc)) from None
+    return results
+
+
+def _show_cut_results(plan: CutPlan, results: list[dict[str, Any]]) -> None:
+    """One row per shot run and per clip refused."""
+    rows = [
+        {
+            "shot": shot.shot,
+            "clips": len(shot.clips),
+            "frames": shot.frames,
+            "status": result.get("status"),
+            "job": result.get("job_id"),
+            "note": result.get("error")
+            or (f"{len(result['failed'])} frames failed" if result.get("failed") else ""),
+        }
+        for shot, result in zip(plan.shots, results, strict=True)
+    ]
+    rows += [
+        {
+            "shot": c.shot or c.label,
+            "clips": 1,
+            "frames": c.frames,
+            "status": "refused",
+            "note": f"{c.label}: {'; '.join(c.problems)}",
+        }
+        for c in plan.refused
+    ]
+    table(rows, ["shot", "clips", "frames", "status", "job", "note"], title="submit-edit")

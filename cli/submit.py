@@ -1,0 +1,303 @@
+"""Submitting a shot: `svfx submit` (one shot, with a progress bar and a summary) and
+`svfx status`; `run_here` runs a checked spec for `svfx scan` (`cli.scan`) and
+`svfx submit-edit` (`cli.cuts`) too. Checks, plans and runs come from `flows`; here are the
+prompts, progress bars, tables and exit codes."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flows.inputs import ShotInputs, check_inputs
+from flows.live_jobs import follow_job, live_job, same_work
+from flows.orchestrator import OrchestratorError
+from flows.progress import Progress as ShotProgress
+from flows.submission import run_shot_here
+from schemas.catalog import Catalog, open_catalog
+from schemas.settings import Settings
+from schemas.spec import ShotSpec, SpecError, parse_spec
+
+from .catalog import read_jobs, show_jobs
+from .console import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    JsonOpt,
+    console,
+    err,
+    fail,
+    get_settings,
+    interactive,
+    print_json,
+    refusing,
+)
+
+# Planning imports torch and running a shot imports Prefect and Dask (seconds each on a busy
+# machine): both are imported inside the functions that need them, so bad input is refused,
+# and the catalog answers, without them.
+if TYPE_CHECKING:
+    from flows.planning import ShotPlan
+
+
+# -- submit ----------------------------------------------------------------------------------
+def submit(
+    pattern: Annotated[str, typer.Argument(help="plate.####.exr, plate.%04d.exr or s3://...")],
+    shot: Annotated[str, typer.Option(help="SHOW/SEQ/SHOT")],
+    frames: Annotated[str | None, typer.Option(help="frame range, e.g. 1001-1100")] = None,
+    colorspace: Annotated[str | None, typer.Option(help="plate colour space")] = None,
+    passes: Annotated[str, typer.Option(help="comma-separated")] = (
+        "normal,pointmap,albedo,matte,seg,pose"
+    ),
+    model_size: Annotated[
+        str,
+        typer.Option(
+            help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b; auto: the largest size with a checkpoint "
+            "for every pass under the checkpoint root (SVFX_MODEL_SIZE first), tiny untrained "
+            "models only without checkpoints"
+        ),
+    ] = "auto",
+    checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
+    output: Annotated[
+        str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
+    ] = None,
+    version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
+    chunk_frames: Annotated[int, typer.Option(help="frames per chunk (and Zarr shard)")] = 8,
+    batch_size: Annotated[int, typer.Option(help="tiles per model batch")] = 4,
+    tile: Annotated[str | None, typer.Option(help="tile WxH (default: model input)")] = None,
+    overlap: Annotated[int, typer.Option(help="tile overlap in pixels")] = 128,
+    precision: Annotated[str, typer.Option(help="auto|fp32|bf16|fp16")] = "auto",
+    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
+    nonfinite: Annotated[
+        str, typer.Option(help="plate pixels that are NaN/Inf: error (fail the frame) or zero")
+    ] = "error",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a shot through every pass asked for; shows progress, then a summary."""
+    settings = get_settings()
+    interactive()
+    data: dict[str, Any] = {
+        "plate": pattern,
+        "frames": frames,
+        "colorspace": colorspace,
+        "passes": passes,
+        "model_size": model_size,
+        "checkpoint_root": checkpoint_root,
+        "output_root": output,
+        "version": version,
+        "chunk_frames": chunk_frames,
+        "batch_size": batch_size,
+        "precision": precision,
+        "previews": not no_previews,
+        "review_clips": not no_previews,
+        "tiling": {"overlap": overlap},
+        "nonfinite": nonfinite,
+    }
+    parts = shot.strip("/").split("/")
+    if len(parts) != 3:
+        raise fail(f"--shot must be SHOW/SEQ/SHOT, got {shot!r}")
+    data["show"], data["sequence"], data["shot"] = parts
+    if tile:
+        try:
+            w, h = (int(v) for v in tile.lower().split("x"))
+        except ValueError:
+            raise fail(f"--tile must be WxH, e.g. 768x1024, got {tile!r}") from None
+        data["tiling"].update(tile_width=w, tile_height=h)
+    code = run_submit(data, settings, dask_address=dask_address, as_json=as_json)
+    raise typer.Exit(code)
+
+
+def run_submit(
+    data: dict[str, Any],
+    settings: Settings,
+    *,
+    dask_address: str | None = None,
+    as_json: bool = False,
+) -> int:
+    """Check (no GPU time, nor torch/Prefect/Dask imports, spent on bad input), make sure no
+    live job writes the same outputs (follow it when it runs the same spec), plan, run the
+    flow with a progress bar, report. Returns the exit code."""
+    spec = _parsed(data)
+    inputs = refusing(lambda: check_inputs(spec, settings))
+    catalog = refusing(lambda: open_catalog(settings.catalog, retry_s=settings.catalog_retry_s))
+    live = refusing(lambda: live_job(catalog, inputs.paths.root))
+    if live is not None:
+        return _follow_or_refuse(live, spec, catalog, as_json)
+    plan = refusing(lambda: _plan(spec, settings, inputs))
+    _warn_before_run(plan, spec)
+    result = _run_flow(spec.model_dump(mode="json"), dask_address, settings, quiet=as_json)
+    if result.get("conflict"):  # a twin submitted in the same instant registered first
+        return _follow_or_refuse(result["conflict"], spec, catalog, as_json)
+    if result.get("job_id") is None:
+        raise fail(result.get("error") or "the run was refused")
+    if as_json:
+        print_json(result)
+    else:
+        _print_result(result)
+    return EXIT_CODES.get(result["status"], EXIT_FAILED)
+
+
+def _parsed(data: dict[str, Any]) -> ShotSpec:
+    try:
+        return parse_spec(absolute_paths(data))
+    except SpecError as exc:
+        raise fail(str(exc)) from None
+
+
+def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
+    """Local paths typed relative to here mean the same to the flow and to the catalog."""
+    out = dict(data)
+    for key in ("plate", "output_root", "checkpoint_root"):
+        value = out.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            out[key] = os.path.abspath(os.path.expanduser(value))
+    return out
+
+
+def _plan(spec: ShotSpec, settings: Settings, inputs: ShotInputs) -> ShotPlan:
+    from flows.planning import plan_shot
+
+    return plan_shot(spec, settings, inputs)
+
+
+def _follow_or_refuse(job: dict[str, Any], spec: ShotSpec, catalog: Catalog, as_json: bool) -> int:
+    """The same spec already runs: follow that job to its end rather than compute every frame
+    twice. Another spec on the same outputs: refuse, naming the job."""
+    job_id = int(job["id"])
+    if not same_work(job.get("spec") or {}, spec.model_dump(mode="json")):
+        raise fail(
+            f"job {job_id} ({job.get('submitter')}, {job.get('owner')}) is running another spec "
+            f"into {job.get('output_root')}; wait for it (svfx status {job_id}) or write "
+            "elsewhere (--version or --output)"
+        )
+    err.print(
+        f"[yellow]job {job_id} is already running this shot with the same settings "
+        f"({escape(str(job.get('owner')))}); following it instead of computing it twice[/]",
+        highlight=False,
+        soft_wrap=True,
+    )
+    final = _follow(catalog, job_id, str(job.get("output_root") or ""), quiet=as_json)
+    if as_json:
+        print_json(final)
+    else:
+        show_jobs([final], as_json=False)
+    if final["status"] == "running":
+        raise fail(f"job {job_id} stopped without finishing; submit again to finish it")
+    return EXIT_CODES.get(final["status"], EXIT_FAILED)
+
+
+def _follow(catalog: Catalog, job_id: int, output_root: str, quiet: bool) -> dict[str, Any]:
+    """Follow the job (`flows.live_jobs.follow_job`) in a progress bar."""
+    columns = [TextColumn("[bold]job {task.fields[job]}"), BarColumn(), MofNCompleteColumn()]
+    with Progress(*columns, console=err, disable=quiet) as bar:
+        task = bar.add_task("", total=None, job=job_id)
+
+        def update(job: dict[str, Any]) -> None:
+            finished = job["frames_done"] + job["frames_failed"] + job["frames_skipped"]
+            bar.update(task, total=job["frames_total"], completed=finished)
+
+        return refusing(lambda: follow_job(catalog, job_id, output_root, update))
+
+
+def _warn_before_run(plan: ShotPlan, spec: ShotSpec) -> None:
+    if plan.untrained:
+        err.print(
+            f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "
+            f"weights ({escape(plan.checkpoint_note)}). The outputs prove the pipeline, they are "
+            "not real passes: put real checkpoints under SVFX_CHECKPOINT_ROOT or "
+            "--checkpoint-root.[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif spec.model_size == "auto":
+        err.print(f"checkpoints: {escape(plan.checkpoint_note)}", highlight=False, soft_wrap=True)
+    if plan.plate.colorspace_guessed:
+        err.print(f"[yellow]{escape(plan.colour_note)}[/]", highlight=False, soft_wrap=True)
+
+
+def _run_flow(
+    spec: dict[str, Any], dask_address: str | None, settings: Settings, quiet: bool
+) -> dict[str, Any]:
+    """Run the process-shot flow here (`flows.submission.run_shot_here`) in a progress bar."""
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, console=err, disable=quiet, transient=False) as bar:
+        task = bar.add_task("starting", total=None, detail="")
+
+        def update(p: ShotProgress) -> None:
+            finished = p.done + p.failed + p.skipped
+            detail = f"done {p.done}, failed {p.failed}, skipped {p.skipped}, left {p.left}"
+            bar.update(task, description="frames", total=p.total, completed=finished, detail=detail)
+
+        try:
+            return run_shot_here(spec, dask_address, settings, update)
+        except OrchestratorError as exc:
+            raise fail(str(exc)) from None
+
+
+def run_here(
+    spec: dict[str, Any], address: str | None, settings: Settings, as_json: bool
+) -> dict[str, Any]:
+    """One shot of a scan or a cut, run in this process: its name, progress bar and summary
+    (or why the flow refused it); returns the flow's result."""
+    if not as_json:
+        shot = f"{spec['show']}/{spec['sequence']}/{spec['shot']}"
+        frames = f" {spec['frames']}" if spec.get("frames") else ""
+        err.print(f"[bold]{escape(shot)}[/] {escape(spec['plate'])}{frames}")
+    result = _run_flow(spec, address, settings, quiet=as_json)
+    if not as_json:
+        if result.get("job_id") is None:  # refused by the flow: a live job, ...
+            err.print(f"[bold red]refused:[/] {escape(str(result.get('error')))}")
+        else:
+            _print_result(result)
+    return result
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    colour = {"complete": "green", "partial": "yellow"}.get(result["status"], "red")
+    summary = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
+    summary.add_column("")
+    summary.add_column("", overflow="fold")
+    summary.add_row("frames", str(result["total"]))
+    summary.add_row("done now", str(len(result["done"])))
+    summary.add_row("already done", str(len(result["skipped"])))
+    if result.get("adopted"):
+        summary.add_row("found on disk", str(len(result["adopted"])))
+    summary.add_row("failed", str(len(result["failed"])))
+    summary.add_row("EXR", escape(result["exr_pattern"]))
+    summary.add_row("Zarr", escape(result["zarr"]))
+    for name, uri in result.get("extras", {}).items():
+        summary.add_row(name.replace("_", " "), escape(str(uri)))
+    for name, frames in result.get("flagged", {}).items():
+        summary.add_row(f"flickers: {name}", ", ".join(map(str, frames)))
+    console.print(summary)
+    for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
+        err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
+    if result.get("error"):
+        err.print(f"[bold red]error:[/] {escape(result['error'])}", highlight=False, soft_wrap=True)
+    if result.get("untrained"):
+        err.print(f"[bold yellow]UNTRAINED weights for {', '.join(result['untrained'])}[/]")
+
+
+# -- status ----------------------------------------------------------------------------------
+def status(
+    job: Annotated[int | None, typer.Argument(help="job id (default: recent jobs)")] = None,
+    limit: int = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """A job's status, its failed frames and the frames temporal QC flags, or the most recent
+    jobs."""
+
+    rows = read_jobs(job_id=job, limit=limit)
+    if job is not None and not rows:
+        raise fail(f"no job {job} in the catalog")
+    show_jobs(rows, as_json)
