@@ -1,114 +1,56 @@
-"""Planning a shot (in the flow, before any GPU time): the input checks (`flows.inputs`:
-roots, frames, one header, the colour space), then the checkpoints, the plate's facts and
-the Zarr store's shard size; later the store is created once and the frames to do are cut
-into chunks aligned with its shards.
+"""The plan step of a shot, in one place: `plan_shot` checks the input and makes the shot's
+plan (a frozen `ShotPlan`: the input checks of `flows.inputs`, the checkpoints, the plate's
+facts, the Zarr store's shard size), and `work_to_do` reads the catalog and the disk once and
+returns the work (a frozen `Work`: frames to do, skipped, adopted, redone and why, holes, and
+the chunk jobs to dispatch).
 
-Every check that can fail on the user's input runs before dispatch, so a bad spec costs
-seconds, not a cluster's time: SpecError, SequenceError, CheckpointChoiceError and colour
-errors all say what to fix.
+Every check that can fail on the user's input runs in `plan_shot`, before dispatch, so a bad
+spec costs seconds, not a cluster's time: SpecError, SequenceError, CheckpointChoiceError and
+colour errors all say what to fix. Neither function writes anything.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
+from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
-from schemas.spec import ShotSpec, cache_key
-from schemas.summaries import PlateInfo
-from storage.errors import StorageError, writing
+from schemas.spec import ShotSpec
+from schemas.summaries import ChunkSummary, PlateInfo
 from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
-from storage.sequences import PlateSequence
-from storage.zarr_store import (
-    create_shot_store,
-    shard_frames,
-    shard_of,
-    stored_frames_per_shard,
-)
+from storage.zarr_store import shard_frames, stored_frames_per_shard
 from tasks.checkpoint_verify import verify_checkpoints
-from tasks.checkpoints import CheckpointRef, resolve_checkpoints
+from tasks.checkpoints import resolve_checkpoints
 from tasks.chunk_worker import ChunkJob
-from tasks.output_paths import ShotOutputPaths
-from tasks.provenance import platform_version
 
 from .inputs import ShotInputs, check_inputs
-
-log = logging.getLogger("svfx.plan")
+from .resume import decide_work
+from .shot_plan import ShotPlan
 
 
 @dataclass(frozen=True)
-class ShotPlan:
-    spec: ShotSpec
-    sequence: PlateSequence
-    plate: PlateInfo
-    paths: ShotOutputPaths
-    checkpoints: dict[str, CheckpointRef]
-    checkpoint_note: str  # which checkpoints, and why (the size `auto` chose)
-    colour_note: str
-    storage_options: dict[str, Any]
-    fps: float = 24.0  # the plate's framesPerSecond, for review clips
-    frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
-    qc_threshold: float = 3.0  # flicker score above which a frame is flagged (settings)
+class Work:
+    """What a run of a plan has to do, decided before dispatch."""
+
+    todo: tuple[int, ...]
+    skipped: tuple[int, ...]  # every output present and matching its cache key
+    adopted: tuple[int, ...]  # proved on disk from its frame record: recorded, not recomputed
+    adopted_records: tuple[ChunkSummary, ...]  # what to write into the catalog for them
+    redone: dict[int, str] = field(default_factory=dict)  # recorded before, redone: why
+    holes: dict[int, str] = field(default_factory=dict)  # missing from the plate: why
+    jobs: tuple[ChunkJob, ...] = ()  # the chunks of `todo`, ready to dispatch
 
     @property
-    def untrained(self) -> list[str]:
-        return [name for name, ref in self.checkpoints.items() if not ref.trained]
+    def done(self) -> tuple[int, ...]:
+        return tuple(sorted(self.skipped + self.adopted))
 
-    def expected_key(self, plate_sha256: str) -> str:
-        shas = [ref.sha256 for ref in self.checkpoints.values()]
-        return cache_key(plate_sha256, shas, self.spec.settings_digest())
-
-    def chunk_jobs(self, provenance: dict[str, str], todo: Iterable[int]) -> list[ChunkJob]:
-        """One job per group of whole Zarr shards with frames to do (one writer per shard),
-        of about ``chunk_frames`` frames."""
-        all_frames = self.sequence.all_frames
-        index_of = {frame: i for i, frame in enumerate(all_frames)}
-        groups = shard_groups(
-            [index_of[f] for f in todo], self.frames_per_shard, self.spec.chunk_frames
-        )
-        jobs = []
-        for chunk_index, indices in enumerate(groups):
-            frames = tuple(all_frames[i] for i in indices)
-            jobs.append(
-                ChunkJob(
-                    index=chunk_index,
-                    frames=frames,
-                    plate_uris=tuple(self.sequence.uri_for(f) for f in frames),
-                    store_indices=tuple(indices),
-                    spec=self.spec.model_dump(mode="json"),
-                    plate_colorspace=self.plate.colorspace,
-                    checkpoints=self.checkpoints,
-                    paths=self.paths,
-                    frame_hw=(self.plate.height, self.plate.width),
-                    storage_options=self.storage_options,
-                    provenance=provenance,
-                    fingerprints={f: self.plate.fingerprints[f][1] for f in frames},
-                    plate_storage_options=dict(self.sequence.storage_options or {}),
-                )
-            )
-        return jobs
-
-
-def shard_groups(indices: list[int], frames_per_shard: int, chunk_frames: int) -> list[list[int]]:
-    """Store indices to do, cut into work chunks: whole shards (by store position, so no
-    shard is ever split between two writers), consecutive shards joined until a chunk holds
-    at least ``chunk_frames`` frames."""
-    by_shard: dict[int, list[int]] = {}
-    for index in sorted(set(indices)):
-        by_shard.setdefault(shard_of(index, frames_per_shard), []).append(index)
-    groups: list[list[int]] = []
-    current: list[int] = []
-    for _, members in sorted(by_shard.items()):
-        current.extend(members)
-        if len(current) >= chunk_frames:
-            groups.append(current)
-            current = []
-    if current:
-        groups.append(current)
-    return groups
+    @property
+    def note(self) -> str:
+        note = f"{len(self.todo)} to do, {len(self.skipped)} already done"
+        if self.adopted:
+            note += f", {len(self.adopted)} found on disk and recorded"
+        return note
 
 
 def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = None) -> ShotPlan:
@@ -159,43 +101,23 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
     )
 
 
-def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
-    """Create the shot's Zarr arrays once. Returns True when an existing store had another
-    layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
-    redoes them)."""
-    args = (
-        plan.paths.zarr,
-        plan.sequence.all_frames,
-        plan.plate.height,
-        plan.plate.width,
-        plan.spec.passes,
-        plan.spec.max_people,
-        provenance,
-        plan.frames_per_shard,
-    )
-    options = plan.storage_options or None
-    with writing(plan.paths.zarr, None):
-        try:
-            create_shot_store(*args, storage_options=options)
-            return False
-        except StorageError as exc:
-            log.warning("%s; replacing it and redoing every frame", exc)
-            create_shot_store(*args, storage_options=options, overwrite=True)
-            return True
-
-
-def store_provenance(plan: ShotPlan, job_id: int, flow_run_id: str | None) -> dict[str, str]:
-    prov = {
-        "svfx/version": platform_version(),
-        "svfx/job": str(job_id),
-        "svfx/shot": plan.spec.shot_path,
-        "svfx/plate": plan.spec.plate,
+def work_to_do(plan: ShotPlan, catalog: Catalog, provenance: dict[str, str]) -> Work:
+    """The frames of ``plan`` still to make, decided from the catalog and the disk together
+    (`flows.resume`), cut into chunk jobs that carry ``provenance``; reads only."""
+    frames = decide_work(plan, catalog)
+    holes = {
+        f: f"{plan.sequence.uri_for(f)}: frame {f}: missing from the sequence (a hole)"
+        for f in plan.sequence.holes
     }
-    if flow_run_id:
-        prov["svfx/flowRun"] = flow_run_id
-    if plan.untrained:
-        prov["sapiens2/UNTRAINED"] = f"random weights for {', '.join(plan.untrained)}"
-    return prov
+    return Work(
+        todo=frames.todo,
+        skipped=frames.skipped,
+        adopted=tuple(frames.adopted),
+        adopted_records=tuple(frames.adopted.values()),
+        redone=frames.redone,
+        holes=holes,
+        jobs=tuple(plan.chunk_jobs(provenance, frames.todo)),
+    )
 
 
 def _fps(header: Frame) -> float:

@@ -31,9 +31,10 @@ from schemas.settings import Settings, load_settings
 from schemas.spec import ShotSpec, parse_spec
 
 from .cluster import dask_client
-from .planning import ShotPlan, plan_shot
+from .planning import plan_shot
 from .progress import Progress, listening
 from .refusals import REFUSALS, refusal
+from .shot_plan import ShotPlan
 from .shot_runner import ShotResult, run_planned_shot
 
 

@@ -13,7 +13,8 @@ A frame whose outputs are on disk but not in the catalog (the flow died, or its 
 away, after a worker finished the frame) is adopted rather than recomputed: its frame record
 (`tasks.frame_records`) is read, every file it lists is checked for size and sha256, the
 plate fingerprint and cache key must be the ones expected now, and the Zarr mark must agree;
-then the record is written into the catalog like a chunk's summary.
+then the run writes the record into the catalog like a chunk's summary. Deciding writes
+nothing.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from typing import Any
 
 from schemas.catalog.uris import normalise_uri
 from schemas.catalog.writer import Catalog
-from schemas.summaries import FrameSummary
+from schemas.summaries import ChunkSummary, FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
 from storage.uri import filesystem_for
 from storage.zarr_store import committed_frames
 from tasks.frame_records import FrameRecordError, read_frame_record
 
-from .planning import ShotPlan
+from .shot_plan import ShotPlan
 
 log = logging.getLogger("svfx.resume")
 
@@ -40,15 +41,11 @@ ADOPTED_CHUNK = -2  # chunk index of frames recorded from their frame records
 
 
 @dataclass(frozen=True)
-class WorkDecision:
+class FrameStates:
     todo: tuple[int, ...]
     skipped: tuple[int, ...]  # every output present and matching its cache key
-    adopted: tuple[int, ...]  # proved on disk from its frame record, recorded now
+    adopted: dict[int, ChunkSummary]  # proved on disk from its frame record: what to record
     redone: dict[int, str] = field(default_factory=dict)  # recorded before, redone: why
-
-    @property
-    def done(self) -> tuple[int, ...]:
-        return tuple(sorted(self.skipped + self.adopted))
 
 
 def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
@@ -62,7 +59,7 @@ def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
     return wanted
 
 
-def decide_work(plan: ShotPlan, catalog: Catalog, job_id: int) -> WorkDecision:
+def decide_work(plan: ShotPlan, catalog: Catalog) -> FrameStates:
     """Split the plate's present frames into to do, skipped and adopted (see the module)."""
     spec, paths, options = plan.spec, plan.paths, plan.storage_options or None
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
@@ -72,7 +69,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog, job_id: int) -> WorkDecision:
     wanted = expected_outputs(plan)
     todo: list[int] = []
     skipped: list[int] = []
-    adopted: list[int] = []
+    adopted: dict[int, ChunkSummary] = {}
     redone: dict[int, str] = {}
     for frame in plan.sequence.frames:
         fingerprint = plan.plate.fingerprints.get(frame, (None, None))[1]
@@ -90,13 +87,12 @@ def decide_work(plan: ShotPlan, catalog: Catalog, job_id: int) -> WorkDecision:
         if normalise_uri(record) in on_disk:
             summary = _adoptable(plan, record, fingerprint, wanted, on_disk, committed.get(frame))
             if summary is not None:
-                catalog.record_chunk(job_id, summary)
-                adopted.append(frame)
+                adopted[frame] = summary
                 continue
         todo.append(frame)
     for frame, why in sorted(redone.items())[:20]:
         log.info("frame %d is redone: %s", frame, why)
-    return WorkDecision(tuple(todo), tuple(skipped), tuple(adopted), redone)
+    return FrameStates(tuple(todo), tuple(skipped), adopted, redone)
 
 
 def files_under(root: str, options: dict[str, Any] | None) -> dict[str, int]:
@@ -147,7 +143,7 @@ def _adoptable(
     wanted: set[tuple[str, str]],
     on_disk: dict[str, int],
     committed_key: str | None,
-) -> Any:
+) -> ChunkSummary | None:
     """The frame's record as a one-frame chunk summary when every output it lists is on disk
     as it says (size and sha256) with the key expected now; None otherwise (with the reason
     logged)."""

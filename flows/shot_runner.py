@@ -1,6 +1,7 @@
-"""Running one planned shot on a Dask cluster: register the job, decide what is really done
-(`flows.resume`), dispatch chunks in a bounded window, record each chunk's summary in the
-catalog as it lands, then the shot-level files.
+"""Running one planned shot on a Dask cluster: register the job, create the shot's store,
+take the work to do (`flows.planning.work_to_do`) and record what it found, dispatch chunks
+in a bounded window, record each chunk's summary in the catalog as it lands, then the
+shot-level files.
 
 The job is never left `running` by a run that ends: every way out this process can catch
 closes it (`complete`, `partial` or `failed`, with the reason); a heartbeat tells other
@@ -29,16 +30,19 @@ from schemas.catalog.errors import CatalogError, CatalogUnavailable
 from schemas.catalog.lease import HEARTBEAT_S, end_run, start_run
 from schemas.catalog.writer import Catalog
 from schemas.summaries import ChunkSummary, FrameSummary
+from storage.errors import StorageError, writing
 from storage.retry import RetryPolicy
+from storage.zarr_store import create_shot_store
 from tasks.chunk_worker import ChunkJob, process_chunk
 from tasks.colour import working_space_for
 from tasks.finalize import FinalizeJob, finalize_shot
+from tasks.provenance import platform_version
 from tasks.temporal_qc import QcJob, flagged_frames, qc_passes, shot_flicker
 
 from .cluster import gpu_slots, worker_count
-from .planning import ShotPlan, create_store, store_provenance
+from .planning import Work, work_to_do
 from .progress import Progress, emit
-from .resume import decide_work
+from .shot_plan import ShotPlan
 
 log = logging.getLogger("svfx.flow")
 
@@ -145,27 +149,17 @@ def _run(
     job_id = result.job_id
     provenance = store_provenance(plan, job_id, flow_run_id)
     create_store(plan, provenance)
-    work = decide_work(plan, catalog, job_id)
-    if work.skipped:
-        catalog.record_skipped(job_id, work.skipped)
-    result.skipped, result.adopted = list(work.skipped), list(work.adopted)
-    missing = _missing_frames(plan)
-    if missing:
-        catalog.record_chunk(job_id, _failed_chunk(-1, missing))
-        result.failed.update(missing)
-    note = f"{len(work.todo)} to do, {len(work.skipped)} already done"
-    if work.adopted:
-        note += f", {len(work.adopted)} found on disk and recorded"
-    _emit(result, "planned", note)
+    work = work_to_do(plan, catalog, provenance)
+    _record_work(catalog, job_id, work, result)
+    _emit(result, "planned", work.note)
 
     recorder = _Recorder(catalog, job_id)
-    jobs = plan.chunk_jobs(provenance, work.todo)
     gpus = gpu_slots(client)
     resources = {"GPU": 1} if gpus else None
     slots = gpus or worker_count(client) or 1
     window = window or 2 * slots
     stopping = threading.Event()
-    summaries = dispatch(client, jobs, window=window, resources=resources, stop=stopping)
+    summaries = dispatch(client, list(work.jobs), window=window, resources=resources, stop=stopping)
     try:
         for summary in summaries:
             recorder.record(summary)
@@ -193,6 +187,57 @@ def _run(
     message = _message(result)
     catalog.finish_job(job_id, result.status, message)
     _emit(result, "finished", message)
+
+
+def _record_work(catalog: Catalog, job_id: int, work: Work, result: ShotResult) -> None:
+    """What the plan found before dispatch: frames already done, adopted, or holes."""
+    if work.skipped:
+        catalog.record_skipped(job_id, work.skipped)
+    for summary in work.adopted_records:
+        catalog.record_chunk(job_id, summary)
+    if work.holes:
+        catalog.record_chunk(job_id, _failed_chunk(-1, work.holes))
+    result.skipped, result.adopted = list(work.skipped), list(work.adopted)
+    result.failed.update(work.holes)
+
+
+def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
+    """Create the shot's Zarr arrays once. Returns True when an existing store had another
+    layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
+    redoes them)."""
+    args = (
+        plan.paths.zarr,
+        plan.sequence.all_frames,
+        plan.plate.height,
+        plan.plate.width,
+        plan.spec.passes,
+        plan.spec.max_people,
+        provenance,
+        plan.frames_per_shard,
+    )
+    options = plan.storage_options or None
+    with writing(plan.paths.zarr, None):
+        try:
+            create_shot_store(*args, storage_options=options)
+            return False
+        except StorageError as exc:
+            log.warning("%s; replacing it and redoing every frame", exc)
+            create_shot_store(*args, storage_options=options, overwrite=True)
+            return True
+
+
+def store_provenance(plan: ShotPlan, job_id: int, flow_run_id: str | None) -> dict[str, str]:
+    prov = {
+        "svfx/version": platform_version(),
+        "svfx/job": str(job_id),
+        "svfx/shot": plan.spec.shot_path,
+        "svfx/plate": plan.spec.plate,
+    }
+    if flow_run_id:
+        prov["svfx/flowRun"] = flow_run_id
+    if plan.untrained:
+        prov["sapiens2/UNTRAINED"] = f"random weights for {', '.join(plan.untrained)}"
+    return prov
 
 
 def _finalize(
@@ -394,13 +439,6 @@ def _count(summary: ChunkSummary, result: ShotResult) -> None:
             result.done.append(frame.frame)
         else:
             result.failed[frame.frame] = frame.error or "failed"
-
-
-def _missing_frames(plan: ShotPlan) -> dict[int, str]:
-    return {
-        f: f"{plan.sequence.uri_for(f)}: frame {f}: missing from the sequence (a hole)"
-        for f in plan.sequence.holes
-    }
 
 
 def _failed_chunk(

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from flows.planning import create_store, plan_shot
-from flows.shot_runner import run_planned_shot
+from flows.planning import plan_shot
+from flows.shot_runner import create_store, run_planned_shot
 from schemas.catalog import open_catalog, queries
 from schemas.spec import parse_spec
 from tests.shot_helpers import make_plate, settings_for, spec_data
@@ -67,7 +67,7 @@ def test_a_full_disk_fails_frames_by_output_and_leaves_no_orphan(tmp_path, small
             assert "No space left on device" in why, why
             assert "astronaut" not in why, "the message must name the output, not the plate"
         assert list(Path(plan.paths.root).glob("*.exr")) == [], "a failed frame's EXR stays"
-        rows = queries.shot_outputs(catalog.engine, "demo", "sq010", "sh010", limit=100)
+        rows, _ = queries.outputs_page(catalog.engine, "demo", "sq010", "sh010", limit=100)
         assert rows == []
 
         subprocess.run(["umount", "-l", str(store)], check=True)

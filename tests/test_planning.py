@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.planning import shard_groups
+from flows.shot_plan import shard_groups
 from storage.zarr_store import create_shot_store, shard_frames, stored_frames_per_shard
 
 

@@ -1,0 +1,89 @@
+"""A planned shot as a value: what the plate is, where the outputs go, which checkpoints
+make them, and how frames to do are cut into chunk jobs. Frozen: nothing fills it in later;
+the work to do is a separate value (`flows.planning.Work`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.spec import ShotSpec, cache_key
+from schemas.summaries import PlateInfo
+from storage.sequences import PlateSequence
+from storage.zarr_store import shard_of
+from tasks.checkpoints import CheckpointRef
+from tasks.chunk_worker import ChunkJob
+from tasks.output_paths import ShotOutputPaths
+
+
+@dataclass(frozen=True)
+class ShotPlan:
+    spec: ShotSpec
+    sequence: PlateSequence
+    plate: PlateInfo
+    paths: ShotOutputPaths
+    checkpoints: dict[str, CheckpointRef]
+    checkpoint_note: str  # which checkpoints, and why (the size `auto` chose)
+    colour_note: str
+    storage_options: dict[str, Any]
+    fps: float = 24.0  # the plate's framesPerSecond, for review clips
+    frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
+    qc_threshold: float = 3.0  # flicker score above which a frame is flagged (settings)
+
+    @property
+    def untrained(self) -> list[str]:
+        return [name for name, ref in self.checkpoints.items() if not ref.trained]
+
+    def expected_key(self, plate_sha256: str) -> str:
+        shas = [ref.sha256 for ref in self.checkpoints.values()]
+        return cache_key(plate_sha256, shas, self.spec.settings_digest())
+
+    def chunk_jobs(self, provenance: dict[str, str], todo: Iterable[int]) -> list[ChunkJob]:
+        """One job per group of whole Zarr shards with frames to do (one writer per shard),
+        of about ``chunk_frames`` frames."""
+        all_frames = self.sequence.all_frames
+        index_of = {frame: i for i, frame in enumerate(all_frames)}
+        groups = shard_groups(
+            [index_of[f] for f in todo], self.frames_per_shard, self.spec.chunk_frames
+        )
+        jobs = []
+        for chunk_index, indices in enumerate(groups):
+            frames = tuple(all_frames[i] for i in indices)
+            jobs.append(
+                ChunkJob(
+                    index=chunk_index,
+                    frames=frames,
+                    plate_uris=tuple(self.sequence.uri_for(f) for f in frames),
+                    store_indices=tuple(indices),
+                    spec=self.spec.model_dump(mode="json"),
+                    plate_colorspace=self.plate.colorspace,
+                    checkpoints=self.checkpoints,
+                    paths=self.paths,
+                    frame_hw=(self.plate.height, self.plate.width),
+                    storage_options=self.storage_options,
+                    provenance=provenance,
+                    fingerprints={f: self.plate.fingerprints[f][1] for f in frames},
+                    plate_storage_options=dict(self.sequence.storage_options or {}),
+                )
+            )
+        return jobs
+
+
+def shard_groups(indices: list[int], frames_per_shard: int, chunk_frames: int) -> list[list[int]]:
+    """Store indices to do, cut into work chunks: whole shards (by store position, so no
+    shard is ever split between two writers), consecutive shards joined until a chunk holds
+    at least ``chunk_frames`` frames."""
+    by_shard: dict[int, list[int]] = {}
+    for index in sorted(set(indices)):
+        by_shard.setdefault(shard_of(index, frames_per_shard), []).append(index)
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for _, members in sorted(by_shard.items()):
+        current.extend(members)
+        if len(current) >= chunk_frames:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups
