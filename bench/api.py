@@ -25,11 +25,11 @@ from typing import Any
 
 import httpx
 
-from bench.common import free_port, pg_database
+from bench.common import free_port, full_frame_plate, pg_database
 from schemas.catalog import Catalog, open_catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
-from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord, PlateInfo
+from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord
 
 PASSES = ("normal", "seg", "matte", "albedo", "pose")
 PARTS = {"normal": "N", "seg": "seg", "matte": "matte", "albedo": "albedo"}
@@ -103,18 +103,7 @@ def fill(catalog: Catalog, root: Path, shots: int, frames: int) -> list[str]:
         spec = _spec(root, index)
         failed = {1000 + frames + 1} if index % 10 == 0 else set()
         numbers = range(1001, 1001 + frames + len(failed))
-        plate = PlateInfo(
-            pattern=spec.plate,
-            frames=tuple(numbers),
-            holes=(),
-            width=4096,
-            height=2160,
-            data_window=(0, 0, 4095, 2159),
-            display_window=(0, 0, 4095, 2159),
-            pixel_aspect=1.0,
-            colorspace="ACEScg",
-            colorspace_guessed=False,
-        )
+        plate = full_frame_plate(spec.plate, numbers, (4096, 2160), "ACEScg")
         job_id = catalog.register_job(spec, plate, f"flow-run-{index}")
         chunk = _chunk(spec, numbers, failed)
         catalog.record_chunk(job_id, chunk)

@@ -1,10 +1,15 @@
-"""What the benchmark scripts share: a free loopback port and a throwaway PostgreSQL database."""
+"""What the benchmark scripts (and the catalog tests) share: a free loopback port, a throwaway
+PostgreSQL database, and a made-up plate to record jobs against."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schemas.summaries import PlateInfo
 
 DEFAULT_PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -34,3 +39,33 @@ def pg_database(admin: str, database: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+
+
+def full_frame_plate(
+    pattern: str,
+    frames: Iterable[int],
+    size: tuple[int, int],
+    colorspace: str,
+    *,
+    guessed: bool = False,
+    fingerprints: dict[int, tuple[int, str]] | None = None,
+) -> PlateInfo:
+    """A plate of ``frames`` with no holes whose data and display windows are the whole
+    ``size`` (width, height), square pixels: what a catalog needs to register a job."""
+    from schemas.summaries import PlateInfo
+
+    width, height = size
+    window = (0, 0, width - 1, height - 1)
+    return PlateInfo(
+        pattern=pattern,
+        frames=tuple(frames),
+        holes=(),
+        width=width,
+        height=height,
+        data_window=window,
+        display_window=window,
+        pixel_aspect=1.0,
+        colorspace=colorspace,
+        colorspace_guessed=guessed,
+        fingerprints=dict(fingerprints or {}),
+    )

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_PG_ADMIN, free_port, pg_database
+from bench.common import DEFAULT_PG_ADMIN, free_port, full_frame_plate, pg_database
 
 TEMPLATE = "{show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
 
@@ -69,23 +69,13 @@ def know_everything(catalog: Any, report: Any, sequences: list[Any]) -> None:
     from sqlalchemy import update
 
     from schemas.catalog.models import PlateFrame
-    from schemas.summaries import PlateInfo
 
     found = {sequence.plate: sequence for sequence in sequences}
     for decision in report.sequences:
         objects = found[decision.plate].frames
-        info = PlateInfo(
-            pattern=decision.plate,
-            frames=tuple(sorted(objects)),
-            holes=(),
-            width=64,
-            height=64,
-            data_window=(0, 0, 63, 63),
-            display_window=(0, 0, 63, 63),
-            pixel_aspect=1.0,
-            colorspace="lin_rec709",
-            colorspace_guessed=False,
-            fingerprints={f: (obj.size, obj.fingerprint) for f, obj in objects.items()},
+        fingerprints = {f: (obj.size, obj.fingerprint) for f, obj in objects.items()}
+        info = full_frame_plate(
+            decision.plate, sorted(objects), (64, 64), "lin_rec709", fingerprints=fingerprints
         )
         job = catalog.register_job(decision.spec, info)
         catalog.finish_job(job, "complete")

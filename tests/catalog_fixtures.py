@@ -20,6 +20,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from bench.common import full_frame_plate
 from schemas.catalog import Catalog, open_catalog
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord, PlateInfo
@@ -146,20 +147,14 @@ def plate_sha(shot: str, frame: int, version: int = 1) -> str:
 
 def make_plate(spec: ShotSpec, frames: Iterable[int], version: int = 1) -> PlateInfo:
     frames = tuple(frames)
-    return PlateInfo(
-        pattern=spec.plate,
-        frames=frames,
-        holes=(),
-        width=4448,
-        height=3096,
-        data_window=(0, 0, 4447, 3095),
-        display_window=(0, 0, 4447, 3095),
-        pixel_aspect=1.0,
-        colorspace="ARRI LogC3 (EI800)",
-        colorspace_guessed=True,
-        fingerprints={
-            f: (50_000_000 + f, f"{50_000_000 + f}:{1700000000 + version}") for f in frames
-        },
+    fingerprints = {f: (50_000_000 + f, f"{50_000_000 + f}:{1700000000 + version}") for f in frames}
+    return full_frame_plate(
+        spec.plate,
+        frames,
+        (4448, 3096),
+        "ARRI LogC3 (EI800)",
+        guessed=True,
+        fingerprints=fingerprints,
     )
 
 
