@@ -2,14 +2,19 @@
 """GPU workers for sapiens-vfx as Slurm jobs, with dask-jobqueue.
 
 Runs a Dask scheduler in this process (on a login or head node that compute nodes can
-reach), submits N Slurm jobs of one GPU each, every job one Dask worker with one thread
-and the resource ``GPU=1``, prints the scheduler address for ``SVFX_DASK_ADDRESS`` and
-keeps the scheduler alive until Ctrl-C (which cancels the jobs)::
+reach), checks that Slurm accepts the worker job (``sbatch --test-only``: a wrong partition
+is one line and exit status 2, before anything is queued), submits N Slurm jobs of one GPU
+each, every job one Dask worker with one thread and the resource ``GPU=1``, prints the
+scheduler address for ``SVFX_DASK_ADDRESS`` and keeps the scheduler alive until Ctrl-C
+(which cancels the jobs). ``--gpus-per-job 0`` makes CPU-only workers (no ``--gres``, no
+``GPU`` resource), for a CPU partition or a test cluster without GPUs::
 
     pip install "dask-jobqueue>=0.9"      # optional, same environment as sapiens-vfx
     python infra/slurm/slurm_cluster.py --queue gpu --account vfx --jobs 8
     python infra/slurm/slurm_cluster.py --queue gpu --dry-run            # show the kwargs
     python infra/slurm/slurm_cluster.py --queue gpu --print-job-script   # show the sbatch
+
+Tested for real against a one-node Slurm cluster: ``pytest -m slurm`` (tests/test_slurm.py).
 
 Every option also reads an environment variable (``SVFX_SLURM_QUEUE``, ...; see --help).
 Settings the workers need (``SVFX_CHECKPOINT_ROOT``, ``SVFX_OUTPUT_ROOT``, ...) are copied
@@ -22,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shlex
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,6 +56,14 @@ SECRET_ENV: frozenset[str] = frozenset(
 
 # One Dask worker per job, one thread, tagged with the GPU resource the platform requests.
 WORKER_EXTRA_ARGS: tuple[str, ...] = ("--resources", "GPU=1", "--nthreads", "1")
+# --gpus-per-job 0: no GPU resource, so the platform submits chunks without one (as on a
+# CPU-only LocalCluster) rather than to workers claiming a GPU they do not have.
+CPU_WORKER_EXTRA_ARGS: tuple[str, ...] = ("--nthreads", "1")
+SUBMIT_CHECK_TIMEOUT_S = 60
+
+
+class SubmitError(RuntimeError):
+    """Slurm refused the worker job; the message names the partition and sbatch's reason."""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -88,6 +104,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--gres",
         default=_env("SVFX_SLURM_GRES", "gpu:1"),
         help="GPU request, one GPU: gpu:1 or gpu:TYPE:1 (SVFX_SLURM_GRES, default gpu:1)",
+    )
+    slurm.add_argument(
+        "--gpus-per-job",
+        type=int,
+        default=_env("SVFX_SLURM_GPUS_PER_JOB", "1"),
+        help="1: each job asks for --gres and its worker offers GPU=1; 0: CPU-only workers, "
+        "no --gres and no GPU resource (SVFX_SLURM_GPUS_PER_JOB, default 1)",
     )
     slurm.add_argument(
         "--job-name", default=_env("SVFX_SLURM_JOB_NAME", "svfx-gpu"), help="job name"
@@ -171,6 +194,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.jobs < 0 or (options.adapt_max is not None and options.adapt_max < options.jobs):
         parser.error("need 0 <= --jobs <= --adapt-max")
+    if options.gpus_per_job not in (0, 1):
+        parser.error(
+            f"--gpus-per-job {options.gpus_per_job}: 1 (one GPU worker per job) or 0 "
+            "(CPU-only workers); for more GPUs submit more jobs"
+        )
     if not options.gres.endswith(":1"):
         parser.error(
             f"--gres {options.gres!r}: one GPU per job (gpu:1 or gpu:TYPE:1); each job runs "
@@ -207,6 +235,7 @@ def cluster_kwargs(
     if venv:
         prologue.append(f"source {shlex.quote(venv)}/bin/activate")
     prologue.extend(_exports(options, environ))
+    gres = [f"--gres={options.gres}"] if options.gpus_per_job else []
 
     kwargs: dict[str, Any] = {
         "queue": options.queue,
@@ -216,8 +245,10 @@ def cluster_kwargs(
         "memory": options.memory,
         "walltime": options.walltime,
         "job_name": options.job_name,
-        "job_extra_directives": [f"--gres={options.gres}", *options.directive],
-        "worker_extra_args": list(WORKER_EXTRA_ARGS),
+        "job_extra_directives": [*gres, *options.directive],
+        "worker_extra_args": list(
+            WORKER_EXTRA_ARGS if options.gpus_per_job else CPU_WORKER_EXTRA_ARGS
+        ),
         "local_directory": options.local_directory,
         "job_script_prologue": prologue,
         "python": python,
@@ -233,6 +264,76 @@ def cluster_kwargs(
     return kwargs
 
 
+def build_cluster(kwargs: Mapping[str, Any]) -> Any:
+    """The ``SLURMCluster`` (its scheduler starts here; no job is submitted yet)."""
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise SystemExit(
+            "error: dask-jobqueue is not installed. It is an optional extra of sapiens-vfx: "
+            'pip install "dask-jobqueue>=0.9" into the environment that has sapiens-vfx '
+            "(same dask/distributed as the workers)."
+        ) from None
+    return SLURMCluster(**kwargs)
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip().removeprefix("sbatch: error: ") for line in text.splitlines()]
+    return "; ".join(line for line in lines if line) or "no reason given"
+
+
+def check_submission(cluster: Any, queue: str | None) -> None:
+    """``sbatch --test-only`` of the worker job script: Slurm validates it (partition, gres,
+    memory) and queues nothing. dask-jobqueue submits from its event loop and
+    only logs a refused sbatch, leaving the scheduler waiting for workers that never come;
+    this turns the refusal into a SubmitError naming the partition."""
+    where = f"partition {queue!r}" if queue else "the default partition"
+    with tempfile.NamedTemporaryFile("w", prefix="svfx-worker-", suffix=".sh") as script:
+        script.write(cluster.job_script())
+        script.flush()
+        try:
+            done = subprocess.run(
+                ["sbatch", "--test-only", script.name],
+                capture_output=True,
+                text=True,
+                timeout=SUBMIT_CHECK_TIMEOUT_S,
+            )
+        except FileNotFoundError:
+            raise SubmitError(
+                "sbatch is not on PATH: run this on a Slurm submit host (login node)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise SubmitError(
+                f"sbatch --test-only for {where} got no answer from slurmctld within "
+                f"{SUBMIT_CHECK_TIMEOUT_S} s"
+            ) from None
+    if done.returncode != 0:
+        raise SubmitError(
+            f"Slurm refuses the worker job for {where}: {_one_line(done.stderr + done.stdout)}"
+        )
+
+
+def start_workers(cluster: Any, options: argparse.Namespace, **adapt_kwargs: Any) -> None:
+    """Check that Slurm accepts the worker job, then submit ``--jobs`` of them, or adapt
+    between ``--jobs`` and ``--adapt-max`` (``adapt_kwargs``: dask's Adaptive options, e.g.
+    ``interval``, ``wait_count``). Raises SubmitError before anything is queued."""
+    check_submission(cluster, options.queue)
+    if options.adapt_max is not None:
+        cluster.adapt(minimum_jobs=options.jobs, maximum_jobs=options.adapt_max, **adapt_kwargs)
+    else:
+        cluster.scale(jobs=options.jobs)
+
+
+def _quiet_dask_logs() -> None:
+    """dask's INFO lines (scheduler starting, closing) would bury what this script prints
+    (the address, or a one-line error): warnings and errors only."""
+    try:
+        import distributed  # noqa: F401  (sets dask's logger levels on import)
+    except ImportError:
+        return  # build_cluster says what is missing
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -246,24 +347,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.dry_run:
         print(json.dumps(kwargs, indent=2))
         return 0
-    try:
-        from dask_jobqueue import SLURMCluster
-    except ImportError:
-        raise SystemExit(
-            "error: dask-jobqueue is not installed. It is an optional extra of sapiens-vfx: "
-            'pip install "dask-jobqueue>=0.9" into the environment that has sapiens-vfx '
-            "(same dask/distributed as the workers)."
-        ) from None
 
-    cluster = SLURMCluster(**kwargs)
+    _quiet_dask_logs()
+    cluster = build_cluster(kwargs)
     try:
         if options.print_job_script:
             print(cluster.job_script())
             return 0
-        if options.adapt_max is not None:
-            cluster.adapt(minimum_jobs=options.jobs, maximum_jobs=options.adapt_max)
-        else:
-            cluster.scale(jobs=options.jobs)
+        try:
+            start_workers(cluster, options)
+        except SubmitError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
         print(f"export SVFX_DASK_ADDRESS={cluster.scheduler_address}", flush=True)
         print(f"# dashboard: {cluster.dashboard_link}", flush=True)
         print("# Ctrl-C stops the scheduler and cancels the worker jobs.", flush=True)
