@@ -1,25 +1,35 @@
-"""The deployment files under infra/: every YAML parses, and the facts that must agree between
-them (and with the code) do: GPU resources, one image, compose services, Prefect entrypoints,
-the Dockerfile's install order and user, the Slurm job options, a README in every folder.
+"""The deployment files under infra/: every YAML parses and meets the schema of what it
+declares (Kubernetes' own, the dask-kubernetes CRDs', the Compose Specification's, and the
+fields kustomize and `prefect deploy` read; a planted typo shows each checker catches one),
+and the facts that must agree between them (and with the code) do: GPU resources, one image,
+compose services, Prefect entrypoints, the Dockerfile's install order and user, the Slurm job
+options, a README in every folder.
 
 Fast and offline: no Docker, no Kubernetes, no Slurm, no dask-jobqueue."""
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
+import inspect
 import json
 import py_compile
 import re
 import shlex
+import shutil
 import sys
 import tomllib
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
+from referencing import Registry, Resource
 
 REPO = Path(__file__).resolve().parents[1]
 INFRA = REPO / "infra"
@@ -148,6 +158,7 @@ def slurm(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
         "SVFX_SLURM_LOG_DIRECTORY",
         "SVFX_SLURM_LOCAL_DIRECTORY",
         "SVFX_SLURM_JOB_NAME",
+        "SVFX_SLURM_GPUS_PER_JOB",
         "SVFX_VENV",
         "VIRTUAL_ENV",
     ):
@@ -192,6 +203,460 @@ def test_every_yaml_file_parses(path: Path) -> None:
         if path.parent == K8S and path.name != "kustomization.yaml":
             assert doc.get("apiVersion") and doc.get("kind"), f"{path}: not a manifest"
             assert doc.get("metadata", {}).get("name"), f"{path}: unnamed {doc['kind']}"
+
+
+# ----------------------------------------------------------------------------- schemas
+# Every document under infra/ against the schema of what it declares: Kubernetes' built-in
+# kinds against Kubernetes' own JSON schemas (kubernetes-validate, strict: unknown fields
+# fail, as `kubectl apply`'s server-side field validation does), the dask-kubernetes CRDs
+# against their vendored openAPIV3Schema (tests/schemas/, with Kubernetes' PodSpec and
+# ServiceSpec inside), the compose file against the Compose Specification's schema, and the
+# Kustomization and prefect.yaml against the fields kustomize and `prefect deploy` read. Each
+# checker returns problems as text (empty: valid), so a planted typo can be shown to fail.
+
+# The Kubernetes release the manifests must be valid for (kubernetes-validate's schemas).
+K8S_VERSION = "1.37.0"
+K8S_DEFINITIONS = "https://kubernetes.io/api/_definitions.json"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+DASK_API = "kubernetes.dask.org/v1"
+DASK_KINDS = ("DaskCluster", "DaskWorkerGroup")  # the CRDs in tests/schemas/
+# The Kustomization fields kustomize (v5, kustomize.config.k8s.io/v1beta1) knows.
+KUSTOMIZATION_FIELDS = frozenset(
+    {
+        "apiVersion", "kind", "metadata", "openapi", "namePrefix", "nameSuffix", "namespace",
+        "commonLabels", "labels", "commonAnnotations", "patches", "patchesStrategicMerge",
+        "patchesJson6902", "images", "replacements", "replicas", "vars", "sortOptions",
+        "resources", "crds", "bases", "components", "configMapGenerator", "secretGenerator",
+        "generatorOptions", "helmGlobals", "helmCharts", "configurations", "generators",
+        "transformers", "validators", "buildMetadata",
+    }
+)  # fmt: skip
+KUSTOMIZATION_IMAGE_FIELDS = frozenset({"name", "newName", "newTag", "digest", "tagSuffix"})
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+PORT_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*$")  # IANA_SVC_NAME
+COMPOSE_PORT = re.compile(
+    r"^(?:(?:\[[0-9a-fA-F:]+\]|[0-9.]+):)?(?:(\d+(?:-\d+)?):)?(\d+(?:-\d+)?)(?:/(tcp|udp|sctp))?$"
+)
+COMPOSE_VOLUME_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+
+
+def json_schema_problems(validator: jsonschema.protocols.Validator, doc: Any) -> list[str]:
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
+
+
+def kubernetes_problems(doc: dict[str, Any]) -> list[str]:
+    """A built-in kind against Kubernetes' schema (strict), then what the API server checks
+    beyond the schema in its pods."""
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return [exc.message]
+    except kubernetes_validate.ValidationError as exc:  # it stops at the first: list them all
+        where = ".".join(map(str, exc.absolute_path)) or "(top)"
+        return json_schema_problems(kubernetes_validator(doc), doc) or [f"{where}: {exc.message}"]
+    spec = doc.get("spec") or {}
+    problems = []
+    if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+        labels = spec["template"].get("metadata", {}).get("labels", {})
+        selector = spec.get("selector", {}).get("matchLabels", {})
+        if doc["kind"] != "Job" and not selector.items() <= labels.items():
+            problems.append(f"spec.selector {selector} does not match the template's labels")
+        problems += pod_problems(spec["template"]["spec"], "spec.template.spec")
+    return problems
+
+
+def pod_problems(pod: dict[str, Any], where: str) -> list[str]:
+    """Cross-references inside a PodSpec that its schema cannot express."""
+    problems = []
+    volumes = {volume["name"] for volume in pod.get("volumes", [])}
+    all_containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
+    names = [container["name"] for container in all_containers]
+    if len(names) != len(set(names)):
+        problems.append(f"{where}: container names repeat: {names}")
+    for container in all_containers:
+        at = f"{where}.containers[{container['name']}]"
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in volumes:
+                problems.append(f"{at}: volumeMount {mount['name']!r} names no volume")
+        ports = {port.get("name") for port in container.get("ports", [])} - {None}
+        for name in sorted(ports):
+            if not PORT_NAME.match(name):
+                problems.append(f"{at}: port name {name!r} is not an IANA service name")
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            check = container.get(probe, {})
+            action = check.get("httpGet") or check.get("tcpSocket")
+            if action and isinstance(action["port"], str) and action["port"] not in ports:
+                problems.append(f"{at}: {probe} port {action['port']!r} is not a named port")
+    return problems
+
+
+def kubernetes_schema(name: str) -> Any:
+    """One of the strict schema files kubernetes-validate ships for K8S_VERSION."""
+    folder = f"v{'.'.join(K8S_VERSION.split('.')[:2])}.0-local-strict"
+    files = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / folder
+    return json.loads((files / name).read_text())
+
+
+@cache
+def kubernetes_registry() -> Registry:
+    """Kubernetes' definitions, found by their $id (https://kubernetes.io/api/...)."""
+    return Resource.from_contents(kubernetes_schema("_definitions.json")) @ Registry()
+
+
+def kubernetes_validator(doc: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """The schema kubernetes_validate.validate picks for a document (named as it names
+    them: apps/v1 Deployment -> deployment-apps-v1.json), to list every error, not the first."""
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", doc["apiVersion"])
+    schema = kubernetes_schema(f"{doc['kind'].lower()}-{group_version}.json")
+    return jsonschema.Draft202012Validator(schema, registry=kubernetes_registry())
+
+
+@cache
+def dask_crd_validator(kind: str) -> jsonschema.protocols.Validator:
+    """The vendored CRD schema made strict (as the API server's Strict field validation:
+    unknown fields are errors, not pruned), with apiVersion/kind/metadata, which the API
+    server checks for every custom resource, and Kubernetes' definitions for its $refs."""
+
+    def strict(node: Any) -> Any:
+        if isinstance(node, list):
+            return [strict(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: strict(value) for key, value in node.items()}
+        if "properties" in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+
+    schema = strict(yaml_docs(SCHEMAS / "dask-kubernetes-crds.yaml")[0][kind])
+    schema["properties"].update(
+        apiVersion={"const": DASK_API},
+        kind={"const": kind},
+        metadata={
+            "$ref": f"{K8S_DEFINITIONS}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+        },
+    )
+    schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
+    return jsonschema.Draft202012Validator(schema, registry=kubernetes_registry())
+
+
+def dask_problems(doc: dict[str, Any]) -> list[str]:
+    """A DaskCluster / DaskWorkerGroup against the operator's CRD, and its pods' references."""
+    if doc.get("apiVersion") != DASK_API or doc.get("kind") not in DASK_KINDS:
+        return [f"no CRD schema for {doc.get('kind')} {doc.get('apiVersion')}"]
+    problems = json_schema_problems(dask_crd_validator(doc["kind"]), doc)
+    if problems:
+        return problems
+    spec = doc["spec"]
+    problems += pod_problems(spec["worker"]["spec"], "spec.worker.spec")
+    if doc["kind"] == "DaskCluster":
+        scheduler = spec["scheduler"]
+        problems += pod_problems(scheduler["spec"], "spec.scheduler.spec")
+        ports = {p.get("name") for c in scheduler["spec"]["containers"] for p in c.get("ports", [])}
+        for port in scheduler["service"].get("ports", []):
+            target = port.get("targetPort")
+            if isinstance(target, str) and target not in ports:
+                problems.append(
+                    f"spec.scheduler.service: targetPort {target!r} is no scheduler port"
+                )
+    return problems
+
+
+def kustomization_problems(doc: dict[str, Any], folder: Path) -> list[str]:
+    """The fields `kubectl apply -k` reads: known keys only, resources that exist, a namespace
+    that is a valid name (and the Namespace listed, if one is), image overrides that match
+    the images the manifests use."""
+    problems = [
+        f"unknown Kustomization field {key!r}" for key in doc if key not in KUSTOMIZATION_FIELDS
+    ]
+    if doc.get("kind") != "Kustomization":
+        problems.append(f"kind is {doc.get('kind')!r}, not Kustomization")
+    resources = doc.get("resources")
+    if not isinstance(resources, list) or not resources:
+        return [*problems, "no resources listed"]
+    if len(resources) != len(set(resources)):
+        problems.append("a resource is listed twice")
+    objects = []
+    for resource in resources:
+        path = folder / resource
+        if path.is_file():
+            objects += yaml_docs(path)
+        elif not (path / "kustomization.yaml").is_file():
+            problems.append(f"resource {resource!r} is not a file or a kustomization folder")
+    namespace = doc.get("namespace")
+    if namespace is not None and not DNS_LABEL.match(str(namespace)):
+        problems.append(f"namespace {namespace!r} is not a DNS label")
+    declared = {o["metadata"]["name"] for o in objects if o.get("kind") == "Namespace"}
+    if declared and namespace not in declared:
+        problems.append(f"namespace {namespace!r} is not the Namespace listed ({declared})")
+    used = {c["image"].rsplit(":", 1)[0] for c in containers(objects) if "image" in c}
+    for image in doc.get("images", []):
+        problems += [
+            f"unknown images field {key!r}"
+            for key in image
+            if key not in KUSTOMIZATION_IMAGE_FIELDS
+        ]
+        if image.get("name") not in used:
+            problems.append(f"image override {image.get('name')!r} matches no container image")
+    return problems
+
+
+@cache
+def compose_validator() -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(json.loads((SCHEMAS / "compose-spec.json").read_text()))
+
+
+def interpolated(node: Any) -> Any:
+    """The compose file as `docker compose` validates it: variables replaced (by their
+    defaults here)."""
+    if isinstance(node, dict):
+        return {key: interpolated(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [interpolated(item) for item in node]
+    return compose_default(node) if isinstance(node, str) else node
+
+
+def compose_problems(raw: dict[str, Any], folder: Path) -> list[str]:
+    """The Compose Specification's schema, then what the recipe relies on that the schema
+    cannot say: each service has an image or a build whose Dockerfile exists, env files
+    exist (or, optional ones, their .example), depends_on names services, named volumes are
+    declared, literal bind sources exist, and ports are well formed."""
+    doc = interpolated(raw)
+    problems = json_schema_problems(compose_validator(), doc)
+    if problems:
+        return problems
+    services = doc["services"]
+    volumes = set(doc.get("volumes") or {})
+    for name, service in services.items():
+        at = f"services.{name}"
+        if "image" not in service and "build" not in service:
+            problems.append(f"{at}: neither image nor build")
+        build = service.get("build")
+        if isinstance(build, dict):
+            context = folder / build.get("context", ".")
+            if not (context / build.get("dockerfile", "Dockerfile")).is_file():
+                problems.append(f"{at}.build: no {build.get('dockerfile')} under {context}")
+        env_files = service.get("env_file") or []
+        for entry in [env_files] if isinstance(env_files, str | dict) else env_files:
+            path, required = (
+                (entry, True)
+                if isinstance(entry, str)
+                else (entry["path"], entry.get("required", True))
+            )
+            file = folder / path
+            if not file.is_file() and (
+                required or not file.with_name(file.name + ".example").is_file()
+            ):
+                problems.append(f"{at}.env_file: {path} does not exist")
+        for target in service.get("depends_on") or []:
+            if target not in services:
+                problems.append(f"{at}.depends_on: no service {target!r}")
+        for index, volume in enumerate(service.get("volumes") or []):
+            raw_volume = (raw["services"][name].get("volumes") or [])[index]
+            if isinstance(volume, dict):
+                source = volume.get("source", "") if volume.get("type") == "volume" else ""
+                if source and source not in volumes:
+                    problems.append(f"{at}.volumes: named volume {source!r} is not declared")
+                continue
+            source = volume.split(":")[0]
+            if COMPOSE_VOLUME_NAME.match(source):  # a named volume
+                if source not in volumes:
+                    problems.append(f"{at}.volumes: named volume {source!r} is not declared")
+            elif "$" not in raw_volume.split(":")[0] and not (folder / source).exists():
+                problems.append(f"{at}.volumes: bind source {source} does not exist")
+        for port in service.get("ports") or []:
+            if isinstance(port, dict):
+                continue  # the long syntax: the schema checks it
+            match = COMPOSE_PORT.match(str(port))
+            numbers = [
+                int(n) for g in (match.groups()[:2] if match else ()) if g for n in g.split("-")
+            ]
+            if not match or not all(0 < n < 65536 for n in numbers):
+                problems.append(f"{at}.ports: {port!r} is not [IP:]HOST:CONTAINER[/PROTOCOL]")
+    return problems
+
+
+def prefect_problems(doc: dict[str, Any]) -> list[str]:
+    """What `prefect deploy` and a work-pool worker read: Prefect's own prefect.yaml models
+    (their fields only: Prefect ignores unknown keys silently), pull steps that import and take
+    the arguments given, the process pool's job variables, and per deployment: the same name
+    and flow as one `svfx serve` serves, an entrypoint naming that flow, parameters the flow
+    takes (with its types), and every required one given when the deployment is scheduled."""
+    from prefect.cli.deploy._models import (
+        DeploymentConfig,
+        PrefectYamlModel,
+        RawScheduleConfig,
+        WorkPoolConfig,
+    )
+    from prefect.flows import Flow, load_flow_from_entrypoint
+    from prefect.utilities.schema_tools import ValidationError as ParameterError
+    from prefect.utilities.schema_tools import validate as validate_parameters
+    from prefect.workers.process import ProcessWorker
+    from pydantic import ValidationError
+
+    from flows.scheduled import deployments as served_deployments
+    from schemas.settings import Settings
+
+    def fields(model: type[Any]) -> set[str]:
+        return {f.alias or name for name, f in model.model_fields.items()}
+
+    problems = [
+        f"unknown prefect.yaml field {k!r}"
+        for k in doc
+        if k not in fields(PrefectYamlModel) | {"definitions"}
+    ]
+    try:
+        PrefectYamlModel.model_validate(doc)
+    except ValidationError as exc:
+        return [*problems, f"prefect.yaml: {exc}"]
+    for section in ("build", "push", "pull"):
+        for step in doc.get(section) or []:
+            ((target, arguments),) = step.items()
+            module, _, function = target.rpartition(".")
+            try:
+                step_fn = getattr(importlib.import_module(module), function)
+            except (ImportError, AttributeError):
+                problems.append(f"{section}: step {target} does not import")
+                continue
+            try:
+                inspect.signature(step_fn).bind(**(arguments or {}))
+            except TypeError as exc:
+                problems.append(f"{section}: {target}{tuple(arguments or {})}: {exc}")
+
+    served = {d.name: d for d in served_deployments(Settings(scan_prefixes=["s3://bucket/prefix"]))}
+    names = [d.get("name") for d in doc.get("deployments", [])]
+    if sorted(map(str, names)) != sorted(served):
+        problems.append(
+            f"deployments {names} are not the ones `svfx serve` serves: {sorted(served)}"
+        )
+    for deployment in doc.get("deployments", []):
+        at = f"deployments.{deployment.get('name')}"
+        problems += [
+            f"{at}: unknown field {k!r}" for k in deployment if k not in fields(DeploymentConfig)
+        ]
+        pool = deployment.get("work_pool") or {}
+        problems += [
+            f"{at}.work_pool: unknown field {k!r}" for k in pool if k not in fields(WorkPoolConfig)
+        ]
+        variables = ProcessWorker.job_configuration_variables
+        job_variables = pool.get("job_variables") or {}
+        problems += [
+            f"{at}.work_pool.job_variables: unknown {k!r}"
+            for k in job_variables
+            if k not in fields(variables)
+        ]
+        try:
+            variables.model_validate(job_variables)
+        except ValidationError as exc:
+            problems.append(f"{at}.work_pool.job_variables: {exc}")
+        for schedule in deployment.get("schedules") or []:
+            problems += [
+                f"{at}.schedules: unknown field {k!r}"
+                for k in schedule
+                if k not in fields(RawScheduleConfig)
+            ]
+
+        file, _, function = str(deployment.get("entrypoint", "")).partition(":")
+        if not (REPO / file).is_file() or not function:
+            problems.append(f"{at}: entrypoint {deployment.get('entrypoint')!r} is not FILE:FLOW")
+            continue
+        try:
+            flow = load_flow_from_entrypoint(f"{REPO / file}:{function}")
+        except Exception as exc:  # whatever importing the entrypoint raises
+            problems.append(f"{at}: entrypoint {file}:{function} does not load: {exc!r}")
+            continue
+        if not isinstance(flow, Flow):
+            problems.append(f"{at}: {file}:{function} is not a flow")
+            continue
+        twin = served.get(deployment.get("name"))
+        if twin is not None and twin.flow_name != flow.name:
+            problems.append(f"{at}: runs flow {flow.name!r}, `svfx serve` runs {twin.flow_name!r}")
+        schema = flow.parameters.model_dump(mode="json")
+        parameters = deployment.get("parameters") or {}
+        unknown = set(parameters) - set(schema["properties"])
+        problems += [
+            f"{at}.parameters: {function} takes no parameter {k!r}" for k in sorted(unknown)
+        ]
+        if deployment.get("schedules"):
+            missing = set(schema.get("required", [])) - set(parameters)
+            problems += [f"{at}.parameters: scheduled runs need {k!r}" for k in sorted(missing)]
+        try:
+            validate_parameters(parameters, schema, raise_on_error=True, ignore_required=True)
+        except ParameterError as exc:
+            problems.append(f"{at}.parameters: {exc}")
+    return problems
+
+
+def infra_problems(path: Path) -> list[str]:
+    """Every problem in every document of an infra YAML file, each naming the document; a
+    document no checker recognises is a problem too (a new kind of file needs a checker)."""
+    problems = []
+    for number, doc in enumerate(yaml_docs(path), 1):
+        if not isinstance(doc, dict):
+            problems.append(f"{path.name} #{number}: not a mapping")
+            continue
+        api = str(doc.get("apiVersion", ""))
+        label = f"{path.name} #{number} {doc.get('kind', '')}".rstrip()
+        if api.startswith("kustomize.config.k8s.io/"):
+            found = kustomization_problems(doc, path.parent)
+        elif api.startswith("kubernetes.dask.org/"):
+            found = dask_problems(doc)
+        elif api and "kind" in doc:
+            found = kubernetes_problems(doc)
+        elif "services" in doc:
+            found = compose_problems(doc, path.parent)
+        elif "deployments" in doc and "prefect-version" in doc:
+            found = prefect_problems(doc)
+        else:
+            found = ["no checker knows what this document declares"]
+        problems += [f"{label}: {problem}" for problem in found]
+    return problems
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.relative_to(INFRA).as_posix())
+def test_every_infra_yaml_meets_the_schema_of_what_it_declares(path: Path) -> None:
+    assert infra_problems(path) == []
+
+
+# (file, text in it, what a copy of infra/ gets instead, a word the checker must report)
+PLANTED = [
+    ("kubernetes/serve.yaml", "containers:", "contianers:", "contianers"),
+    ("kubernetes/configmap.yaml", "\ndata:", "\ndta:", "'dta'"),
+    ("kubernetes/checkpoints-pvc.yaml", "accessModes:", "accesModes:", "accesModes"),
+    ("kubernetes/daskcluster.yaml", "readinessProbe:", "readinesProbe:", "readinesProbe"),
+    ("kubernetes/daskcluster.yaml", "  worker:", "  workers:", "workers"),
+    ("kubernetes/gpu-workergroup.yaml", "containers:", "contianers:", "contianers"),
+    ("kubernetes/gpu-workergroup.yaml", "mountPath: /dev", "mountpath: /dev", "mountpath"),
+    ("kubernetes/gpu-workergroup.yaml", "name: dshm", "name: shm", "'shm'"),
+    ("kubernetes/kustomization.yaml", "  - serve.yaml", "  - serve.yml", "serve.yml"),
+    ("kubernetes/kustomization.yaml", "images:", "image:", "image"),
+    ("compose/compose.yaml", "    depends_on:", "    depend_on:", "depend_on"),
+    ("compose/compose.yaml", "      postgres:\n", "      postgre:\n", "postgre"),
+    ("compose/compose.yaml", "- svfx-data:/data", "- svfx-dat:/data", "svfx-dat"),
+    ("prefect/prefect.yaml", "py:scan_plates", "py:scan_plate", "scan_plate"),
+    ("prefect/prefect.yaml", "      settle_s:", "      settle:", "settle"),
+    ("prefect/prefect.yaml", "    work_pool: *farm", "    workpool: *farm", "workpool"),
+    ("prefect/prefect.yaml", "work_queue_name:", "work_queue:", "work_queue"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "planted", "reported"), PLANTED, ids=[f"{c[0]}:{c[3]}" for c in PLANTED]
+)
+def test_a_planted_mistake_is_reported(
+    name: str, text: str, planted: str, reported: str, tmp_path: Path
+) -> None:
+    """The check of the checker: the same file with one field misspelt (or one reference
+    broken) in a copy of infra/ has problems, and they name it."""
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA, copy)
+    path = copy / name
+    original = path.read_text()
+    assert text in original, f"{name} no longer contains {text!r}: update the case"
+    path.write_text(original.replace(text, planted, 1))
+    problems = infra_problems(path)
+    assert problems, f"{name}: {planted!r} went unnoticed"
+    assert any(reported in problem for problem in problems), problems
 
 
 # ----------------------------------------------------------------------------- kubernetes
@@ -577,6 +1042,41 @@ def test_slurm_options_from_environment_and_validation(
         slurm.parse_args(["--gres=gpu:2"])
     with pytest.raises(ValueError, match="secrets"):
         slurm.cluster_kwargs(slurm.parse_args(["--env=AWS_SECRET_ACCESS_KEY=x"]), {})
+
+
+def test_slurm_cpu_only_workers_have_no_gres_and_no_gpu_resource(slurm: ModuleType) -> None:
+    options = slurm.parse_args(["--queue=cpu", "--gpus-per-job=0", "--directive=--exclusive"])
+    kwargs = slurm.cluster_kwargs(options, {})
+    assert kwargs["job_extra_directives"] == ["--exclusive"]
+    extra = kwargs["worker_extra_args"]
+    assert flag_value(extra, "--resources") is None and flag_value(extra, "--nthreads") == "1"
+    with pytest.raises(SystemExit):
+        slurm.parse_args(["--gpus-per-job=2"])
+
+
+def test_slurm_refused_submission_is_one_line_naming_the_partition(
+    slurm: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Slurm 22.05's `sbatch --test-only` prints for a partition that does not exist
+    (tests/test_slurm.py checks it against a real one)."""
+    fake = tmp_path / "sbatch"
+    fake.write_text(
+        "#!/bin/sh\necho 'sbatch: error: invalid partition specified: nosuch' >&2\n"
+        "echo 'allocation failure: Invalid partition name specified' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+
+    class Cluster:
+        def job_script(self) -> str:
+            return "#!/usr/bin/env bash\n#SBATCH -p nosuch\n"
+
+    with pytest.raises(slurm.SubmitError) as raised:
+        slurm.check_submission(Cluster(), "nosuch")
+    assert str(raised.value) == (
+        "Slurm refuses the worker job for partition 'nosuch': invalid partition specified: "
+        "nosuch; allocation failure: Invalid partition name specified"
+    )
 
 
 def test_slurm_main_without_dask_jobqueue(
