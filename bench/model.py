@@ -11,6 +11,7 @@ Weights are random (UNTRAINED): speed does not depend on them.
     python -m bench.model                         # defaults for the device at hand
     python -m bench.model --sizes 0.4b --resolutions 512x384 --compile
     python -m bench.model --device cuda --sizes 1b --resolutions 1024x768 --batch 8
+    python -m bench.model --family sapiens1 --size 0.3b --task depth --resolutions 1024x768
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import sapiens
+from bench import reference_model_v1
 from bench.reference_model import model_forward
 from sapiens.torch_compile import compile_model
 
@@ -172,7 +174,18 @@ def bench_one(arch: str, hw: tuple[int, int], args, device: torch.device) -> lis
                 for k, v in model.state_dict().items()
             }
             x1 = x[:1].float()
-            fns["reference (upstream way)"] = lambda: model_forward(sd, x1)
+            if model.info.family == "sapiens1":
+                spec = model.info.backbone
+                kw = {
+                    "num_heads": spec.num_heads,
+                    "patch_padding": spec.patch_padding,
+                    "pos_grid": spec.pos_grid,
+                }
+                fns["reference (upstream way)"] = lambda: reference_model_v1.model_forward(
+                    sd, x1, **kw
+                )
+            else:
+                fns["reference (upstream way)"] = lambda: model_forward(sd, x1)
         results = time_paths(fns, device, args.repeats, args.warmup)
     for name, (latency, mem) in results.items():
         is_ref = name.startswith("reference")
@@ -196,9 +209,16 @@ def main(argv: list[str] | None = None) -> list[Row]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda" if cuda else "cpu")
     p.add_argument(
+        "--family",
+        choices=("sapiens2", "sapiens1"),
+        default="sapiens2",
+        help="sapiens1: v1 (ECCV 2024), sizes 0.3b 0.6b 1b 2b, tasks depth normal seg pose",
+    )
+    p.add_argument(
         "--sizes",
-        default="1b" if cuda else "0.4b,0.1b-4k",
-        help="comma-separated: tiny, 0.1b, 0.4b, 0.8b, 1b, 5b, 1b-4k, 0.1b-4k ...",
+        default=None,
+        help="comma-separated: tiny, 0.1b, 0.4b, 0.8b, 1b, 5b, 1b-4k, 0.1b-4k ... "
+        "(sapiens1: 0.3b, 0.6b, 1b, 2b)",
     )
     p.add_argument(
         "--resolutions", default="1024x768" if cuda else "512x384", help="comma-separated HxW"
@@ -218,6 +238,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--json", default=None, help="write the rows to this JSON file")
     args = p.parse_args(argv)
+    if args.sizes is None:
+        v1 = args.family == "sapiens1"
+        args.sizes = ("1b" if cuda else "0.3b") if v1 else ("1b" if cuda else "0.4b,0.1b-4k")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -229,6 +252,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     rows: list[Row] = []
     for size in args.sizes.split(","):
         arch = size.strip()
+        if args.family == "sapiens1" and not arch.startswith(("sapiens_", "sapiens1_")):
+            arch = f"sapiens_{arch}"
         for res in args.resolutions.split(","):
             hw = parse_hw(res)
             if arch.endswith("4k") and (hw[0] % 64 or hw[1] % 64):

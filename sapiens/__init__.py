@@ -1,5 +1,6 @@
 """Sapiens2 for VFX: every backbone size (and the 4K tokenizer variant), every head, strict
 loading of the released safetensors, pre/post-processing and a batched multi-task predictor.
+Also the Sapiens v1 family (0.3b-2b; depth, normal, seg, pose), from converted safetensors.
 
 Pure PyTorch + safetensors: this package knows nothing of files beyond checkpoints, nor of
 Prefect or Dask.
@@ -29,15 +30,20 @@ _WHERE = {
     "SapiensModel": "model",
     "SapiensPretrainModel": "model",
     "SapiensTaskModel": "model",
+    "SapiensV1PretrainModel": "model",
     "build_model": "model",
     "model_info": "model",
     "PASS_TASKS": "predictor",
     "Predictor": "predictor",
+    "SapiensV1Backbone": "v1_backbone",
+    "V1_ARCH_NAMES": "v1_arch",
+    "identify_v1": "v1_arch",
 }
 __all__ = [
     "ARCH_NAMES",
     "PASS_TASKS",
     "TASKS",
+    "V1_ARCH_NAMES",
     "BackboneSpec",
     "CheckpointError",
     "HeadSpec",
@@ -48,9 +54,12 @@ __all__ = [
     "SapiensModel",
     "SapiensPretrainModel",
     "SapiensTaskModel",
+    "SapiensV1Backbone",
+    "SapiensV1PretrainModel",
     "backbone_spec",
     "build_model",
     "head_spec",
+    "identify_v1",
     "load_model",
     "model_info",
     "save_model",
@@ -66,10 +75,13 @@ if TYPE_CHECKING:
         SapiensModel,
         SapiensPretrainModel,
         SapiensTaskModel,
+        SapiensV1PretrainModel,
         build_model,
         model_info,
     )
     from .predictor import PASS_TASKS, Predictor
+    from .v1_arch import V1_ARCH_NAMES, identify_v1
+    from .v1_backbone import SapiensV1Backbone
 
 
 def __getattr__(name: str) -> Any:

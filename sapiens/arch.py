@@ -23,7 +23,12 @@ TASKS = ("normal", "albedo", "pointmap", "seg", "pose", "matting")
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """Shape of one backbone. `kv_heads[i]` is the number of K/V heads of block i."""
+    """Shape of one backbone. `kv_heads[i]` is the number of K/V heads of block i.
+
+    The last four fields describe Sapiens v1 backbones (`v1_arch.py`) and keep Sapiens2's
+    defaults otherwise: v1 has an absolute position embedding stored for `pos_grid`, a patch
+    conv padded by `patch_padding` pixels (2 for pose and normal, not visible in the shapes)
+    and, in pretrain files, a `cls_token` with its slot in the position embedding."""
 
     name: str
     embed_dim: int
@@ -32,6 +37,10 @@ class BackboneSpec:
     kv_heads: tuple[int, ...]
     ffn_hidden: int
     tokenizer_depth: int = 0  # 0: no 4K tokenizer
+    family: str = "sapiens2"  # or "sapiens1"
+    patch_padding: int = 0
+    pos_grid: tuple[int, int] = (0, 0)  # (0, 0): no absolute position embedding (RoPE)
+    cls_token: bool = False  # v1 only; Sapiens2 always has its CLS and registers
 
     @property
     def head_dim(self) -> int:
@@ -54,7 +63,7 @@ class BackboneSpec:
     def validate(self) -> None:
         if self.embed_dim % self.num_heads:
             raise ValueError(f"{self.name}: width {self.embed_dim} not divisible by heads")
-        if self.head_dim % 4:
+        if self.family == "sapiens2" and self.head_dim % 4:
             raise ValueError(f"{self.name}: head_dim {self.head_dim} must be a multiple of 4")
         if len(self.kv_heads) != self.depth:
             raise ValueError(f"{self.name}: {len(self.kv_heads)} kv entries for {self.depth}")
@@ -166,6 +175,7 @@ class HeadSpec:
     scale_conv_channels: tuple[int, ...] = ()  # pointmap scale branch
     scale_mlp: tuple[int, ...] = ()  # pointmap scale MLP, input features first
     extra: dict[str, str] = field(default_factory=dict)
+    family: str = "sapiens2"  # or "sapiens1" (v1 deconv heads, `v1_arch.py`)
 
 
 _DENSE_SMALL = ((768, 512, 256, 128), (64, 32, 16))

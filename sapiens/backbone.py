@@ -24,9 +24,14 @@ TOKENIZER_TOKENS_PER_CALL = 65_536
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, embed_dim: int, in_channels: int = 3) -> None:
+    """16x16 patches by a strided conv. `padding` zero pixels per side (v1 pose and normal
+    use 2) shift the patch grid by that much while keeping its size."""
+
+    def __init__(self, embed_dim: int, in_channels: int = 3, padding: int = 0) -> None:
         super().__init__()
-        self.projection = nn.Conv2d(in_channels, embed_dim, PATCH_SIZE, stride=PATCH_SIZE)
+        self.projection = nn.Conv2d(
+            in_channels, embed_dim, PATCH_SIZE, stride=PATCH_SIZE, padding=padding
+        )
 
 
 class LayerScale(nn.Module):

@@ -15,11 +15,14 @@ from . import arch as A
 from .errors import CheckpointError
 from .info import ModelInfo
 from .safetensors_format import Shapes
+from .v1_arch import identify_v1
 
 
 def checkpoint_info(path: str, shapes: Shapes, metadata: Mapping[str, str]) -> ModelInfo:
     """What a file with these tensor shapes and metadata holds; CheckpointError naming the
-    file when the shapes describe no Sapiens2 model."""
+    file when the shapes describe no Sapiens2 or Sapiens v1 model."""
+    if looks_like_v1(shapes):
+        return v1_checkpoint_info(path, shapes, metadata)
     kind, bb_shapes, head_shapes = describe_layout(path, shapes)
     try:
         spec = infer_backbone(bb_shapes)
@@ -47,6 +50,36 @@ def checkpoint_info(path: str, shapes: Shapes, metadata: Mapping[str, str]) -> M
         trained=metadata.get("untrained", "false").lower() != "true",
         metadata=dict(metadata),
     )
+
+
+def looks_like_v1(shapes: Shapes) -> bool:
+    """mmpretrain's ViT names (`pos_embed` and `layers.N.*`, bare or under `backbone.`) and no
+    RoPE: the v1 layouts (`v1_arch.identify_v1`). Other ViTs (`blocks.N.*`) are not."""
+    for prefix in ("", "backbone."):
+        if f"{prefix}pos_embed" in shapes and any(k.startswith(f"{prefix}layers.") for k in shapes):
+            return not any(k.endswith("rope_embed.periods") for k in shapes)
+    return False
+
+
+def v1_checkpoint_info(path: str, shapes: Shapes, metadata: Mapping[str, str]) -> ModelInfo:
+    """`identify_v1` with what the file's metadata adds: `num_heads` (custom widths),
+    `input_hw` (the grid the position embedding was stored for), `patch_padding` (overrides
+    the per-task rule), `untrained`."""
+    try:
+        num_heads = int(metadata["num_heads"]) if "num_heads" in metadata else None
+        padding = int(metadata["patch_padding"]) if "patch_padding" in metadata else None
+    except ValueError:
+        raise CheckpointError(
+            path, "metadata num_heads / patch_padding is not an integer"
+        ) from None
+    input_hw = _metadata_input_hw(path, metadata["input_hw"]) if "input_hw" in metadata else None
+    info = identify_v1(
+        shapes, path=path, num_heads=num_heads, input_hw=input_hw, patch_padding=padding
+    )
+    info.path = path
+    info.trained = metadata.get("untrained", "false").lower() != "true"
+    info.metadata = dict(metadata)
+    return info
 
 
 def mismatch_hint(info: ModelInfo, shapes: Shapes) -> str:

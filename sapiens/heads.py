@@ -12,6 +12,8 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from .arch import NORM_EPS, HeadSpec
+from .v1_arch import FAMILY as V1_FAMILY
+from .v1_arch import OUTPUT_LAYER as V1_OUTPUT_LAYER
 
 
 class RMSNorm2d(nn.Module):
@@ -114,13 +116,20 @@ class DenseHead(nn.Module):
 
 class DeconvHead(nn.Module):
     """ConvTranspose2d upsampling -> 1x1 convs -> 1x1 output (seg: 29 logits; pose: 308
-    heatmaps at 1/4 of the input)."""
+    heatmaps at 1/4 of the input).
+
+    Sapiens v1's heads for every task are this head too (upstream's VitHead, VitDepthHead,
+    VitNormalHead and HeatmapHead with use_silu): the output conv is `conv_seg` (seg: 28
+    logits at 1/2, depth: 1 channel at full size, normal: 3 at 1/2) or `final_layer` (pose:
+    17, 133 or 308 heatmaps at 1/4). The Dropout2d before `conv_seg` is a no-op at eval."""
 
     output_names: ClassVar[dict[str, str]] = {"seg": "conv_seg", "pose": "conv_pose"}
 
     def __init__(self, spec: HeadSpec) -> None:
         super().__init__()
         self.spec = spec
+        v1 = spec.family == V1_FAMILY
+        self.output_name = V1_OUTPUT_LAYER[spec.task] if v1 else self.output_names[spec.task]
         layers: list[nn.Module] = []
         cur = spec.in_channels
         for out in spec.deconv_channels:
@@ -129,17 +138,21 @@ class DeconvHead(nn.Module):
         self.deconv_layers = nn.Sequential(*layers)
         convs: list[nn.Module] = []
         for out in spec.conv_channels:
-            convs += _conv_block(cur, out, 1, False)
+            convs += _conv_block(cur, out, spec.conv_kernel if v1 else 1, False)
             cur = out
         self.conv_layers = nn.Sequential(*convs)
-        setattr(self, self.output_names[spec.task], nn.Conv2d(cur, spec.out_channels, 1))
+        setattr(self, self.output_name, nn.Conv2d(cur, spec.out_channels, 1))
 
     def forward(self, feats: Tensor) -> Tensor:
         x = self.conv_layers(self.deconv_layers(feats))
-        return getattr(self, self.output_names[self.spec.task])(x)
+        return getattr(self, self.output_name)(x)
 
 
 def build_head(spec: HeadSpec) -> nn.Module:
+    if spec.family == V1_FAMILY:
+        if spec.task not in V1_OUTPUT_LAYER:
+            raise ValueError(f"no Sapiens v1 head for task {spec.task!r}")
+        return DeconvHead(spec)
     if spec.task in DenseHead.output_names:
         return DenseHead(spec)
     if spec.task in DeconvHead.output_names:

@@ -25,6 +25,11 @@ class ModelInfo:
     metadata: dict[str, str] = field(default_factory=dict)
 
     @property
+    def family(self) -> str:
+        """'sapiens2' or 'sapiens1' (v1, ECCV 2024)."""
+        return self.backbone.family
+
+    @property
     def label(self) -> str:
         kind = self.task or "pretrain"
         weights = "" if self.trained else " (UNTRAINED random weights)"

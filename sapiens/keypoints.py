@@ -298,3 +298,90 @@ def _keypoint_colors() -> tuple[RGB, ...]:
 
 
 KEYPOINT_COLORS: tuple[RGB, ...] = _keypoint_colors()
+
+
+# ----------------------------------------------------------------------------- v1 sets
+# Sapiens v1 pose models predict one of three sets, told apart by their heatmap count
+# (upstream `facebookresearch/sapiens` 3e829ac, `pose/configs/_base_/datasets/`): COCO 17,
+# COCO-WholeBody 133 and Goliath 308 (the same 308 names and order as above).
+
+COCO_KEYPOINT_NAMES: tuple[str, ...] = tuple(
+    _words(
+        """
+        nose left_eye right_eye left_ear right_ear left_shoulder right_shoulder left_elbow
+        right_elbow left_wrist right_wrist left_hip right_hip left_knee right_knee left_ankle
+        right_ankle
+        """
+    )
+)
+_WHOLEBODY_FEET = _words("left_big_toe left_small_toe left_heel right_big_toe right_small_toe")
+_WHOLEBODY_FEET.append("right_heel")
+
+
+def _wholebody_hand(side: str) -> list[str]:
+    """Root, then each finger base-first (1 ... 4), as COCO-WholeBody orders a hand."""
+    return [f"{side}_hand_root"] + [f"{side}_{f}{j}" for f in _FINGERS for j in "1234"]
+
+
+WHOLEBODY_KEYPOINT_NAMES: tuple[str, ...] = (
+    *COCO_KEYPOINT_NAMES,
+    *_WHOLEBODY_FEET,
+    *(f"face-{i}" for i in range(68)),
+    *_wholebody_hand("left"),
+    *_wholebody_hand("right"),
+)
+
+
+def _face68_mirror(i: int) -> int:
+    """The 68-point (iBUG) face landmark that `i` becomes in a mirrored image."""
+    ranges = ((0, 16), (17, 26), (31, 35), (48, 54), (55, 59), (60, 64), (65, 67))
+    for lo, hi in ranges:  # contours numbered across the face: reversed
+        if lo <= i <= hi:
+            return lo + hi - i
+    eyes = {36: 45, 37: 44, 38: 43, 39: 42, 40: 47, 41: 46}
+    eyes |= {v: k for k, v in eyes.items()}
+    return eyes.get(i, i)  # 27-30, the nose bridge, is on the midline
+
+
+def _flip_by_name(names: tuple[str, ...]) -> tuple[int, ...]:
+    index = {name: i for i, name in enumerate(names)}
+    flips = []
+    for name in names:
+        if name.startswith("face-"):
+            flips.append(index[f"face-{_face68_mirror(int(name[5:]))}"])
+        else:
+            words = name.split("_")
+            flips.append(index["_".join(_SIDE_SWAP.get(w, w) for w in words)])
+    return tuple(flips)
+
+
+COCO_FLIP_INDICES: tuple[int, ...] = _flip_by_name(COCO_KEYPOINT_NAMES)
+WHOLEBODY_FLIP_INDICES: tuple[int, ...] = _flip_by_name(WHOLEBODY_KEYPOINT_NAMES)
+
+# heatmap count -> (set name, names, flip indices)
+KEYPOINT_SETS: MappingProxyType[int, tuple[str, tuple[str, ...], tuple[int, ...]]] = (
+    MappingProxyType(
+        {
+            17: ("coco", COCO_KEYPOINT_NAMES, COCO_FLIP_INDICES),
+            133: ("coco_wholebody", WHOLEBODY_KEYPOINT_NAMES, WHOLEBODY_FLIP_INDICES),
+            308: ("goliath", KEYPOINT_NAMES, FLIP_INDICES),
+        }
+    )
+)
+
+
+def keypoint_names_for(count: int) -> tuple[str, ...]:
+    """The names of a pose model's `count` heatmaps (17, 133 or 308)."""
+    return _keypoint_set(count)[1]
+
+
+def flip_indices_for(count: int) -> tuple[int, ...]:
+    """Left/right mirror permutation of a pose model's `count` heatmaps (17, 133 or 308)."""
+    return _keypoint_set(count)[2]
+
+
+def _keypoint_set(count: int) -> tuple[str, tuple[str, ...], tuple[int, ...]]:
+    found = KEYPOINT_SETS.get(count)
+    if found is None:
+        raise ValueError(f"no keypoint set has {count} points; known: {sorted(KEYPOINT_SETS)}")
+    return found

@@ -1,4 +1,4 @@
-"""Load released Sapiens2 `.safetensors` files with no config, check them, and save models.
+"""Load Sapiens2 and Sapiens v1 `.safetensors` files with no config, check them, save models.
 
 The model is inferred from the file's tensors (`checkpoint_arch`), assembled on the meta device
 by the same factory `build_model` uses (`model.make_model`), then the weights are loaded into
@@ -60,7 +60,7 @@ def load_model(
     sha256: str | None = None,
     expect_task: str | None = None,
 ) -> SapiensModel:
-    """Load a Sapiens2 `.safetensors` file (pretrain backbone or task model).
+    """Load a Sapiens2 or Sapiens v1 `.safetensors` file (pretrain backbone or task model).
 
     dtype defaults to bf16 on CUDA and fp32 elsewhere. `sha256`, when the caller already
     knows it (e.g. from the catalog), skips re-hashing; otherwise the file is hashed.
@@ -162,6 +162,11 @@ def save_model(model: SapiensModel, path: str | os.PathLike[str], *, trained: bo
         "input_hw": f"{info.input_hw[0]},{info.input_hw[1]}",
         "untrained": "false" if trained else "true",
     }
+    if info.family != "sapiens2":
+        # v1: what the tensors cannot say (heads of a fused qkv, the patch padding).
+        meta["format"] = meta["family"] = info.family
+        meta["num_heads"] = str(info.backbone.num_heads)
+        meta["patch_padding"] = str(info.backbone.patch_padding)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, os.fspath(path), metadata=meta)
     return sha256_file(path)

@@ -1,4 +1,5 @@
-"""Top-down pose maths for the Sapiens2 308-keypoint model.
+"""Top-down pose maths for the Sapiens2 308-keypoint model (and Sapiens v1's 17, 133 and
+308-keypoint models: same crop, UDP codec, DARK decoding and flip test; pass `num_keypoints`).
 
 Crops people out of a plate with the UDP affine warp, decodes heatmaps with UDP + DARK
 refinement (vectorised over people and keypoints), applies the flip test and maps keypoints
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sapiens.keypoints import FLIP_INDICES, KEYPOINT_NAMES
+from sapiens.keypoints import FLIP_INDICES, KEYPOINT_NAMES, flip_indices_for
 
 INPUT_HW = (1024, 768)
 HEATMAP_HW = (256, 192)
@@ -188,21 +189,23 @@ def _refine_dark_udp(
     return torch.stack([x, y], dim=-1).float()
 
 
-def flip_back(heatmaps_of_flipped_input: ArrayLike) -> ArrayLike:
+def flip_back(
+    heatmaps_of_flipped_input: ArrayLike, flip_indices: Sequence[int] = FLIP_INDICES
+) -> ArrayLike:
     """Heatmaps predicted on a mirrored crop -> heatmaps for the unmirrored crop.
 
-    Flips along width and takes each channel from its left/right mirror (FLIP_INDICES).
+    Flips along width and takes each channel from its left/right mirror (`flip_indices`:
+    the 308-point set's by default; `keypoints.flip_indices_for(17 or 133)` for v1's others).
     No 1-pixel shift: with UDP the mirror of column j is exactly column w - 1 - j.
-    Works on (..., 308, h, w) torch tensors or numpy arrays.
+    Works on (..., K, h, w) torch tensors or numpy arrays.
     """
     maps = heatmaps_of_flipped_input
-    if maps.ndim < 3 or maps.shape[-3] != len(FLIP_INDICES):
-        raise ValueError(
-            f"flip_back needs (..., {len(FLIP_INDICES)}, h, w) heatmaps, got {tuple(maps.shape)}"
-        )
+    count = len(flip_indices)
+    if maps.ndim < 3 or maps.shape[-3] != count:
+        raise ValueError(f"flip_back needs (..., {count}, h, w) heatmaps, got {tuple(maps.shape)}")
     if isinstance(maps, np.ndarray):
-        return np.ascontiguousarray(maps[..., list(FLIP_INDICES), :, :][..., ::-1])
-    index = torch.tensor(FLIP_INDICES, device=maps.device)
+        return np.ascontiguousarray(maps[..., list(flip_indices), :, :][..., ::-1])
+    index = torch.tensor(flip_indices, device=maps.device)
     return maps.index_select(-3, index).flip(-1)
 
 
@@ -358,7 +361,8 @@ def crop_people(
 
 @dataclass
 class PoseResult:
-    """Per person: keypoints (N, 308, 2) [x, y] plate pixels, scores (N, 308), boxes (N, 4).
+    """Per person: keypoints (N, K, 2) [x, y] plate pixels, scores (N, K), boxes (N, 4);
+    K = 308 (17 or 133 for those v1 models).
 
     Keypoints whose score is <= 0 carry no position (their heatmap had no positive value).
     """
@@ -378,19 +382,22 @@ def estimate_pose(
     flip_test: bool = True,
     batch_size: int = 8,
     input_hw: tuple[int, int] = INPUT_HW,
+    num_keypoints: int = len(KEYPOINT_NAMES),
 ) -> PoseResult:
     """Top-down pose of every boxed person in a (3, H, W) [0, 1] RGB plate.
 
     `model_fn(crops)` takes (n, 3, H_in, W_in) crops in [0, 1] RGB pixel space (it applies
-    normalization and the network) and returns (n, 308, h, w) heatmaps. Each call gets at
-    most `batch_size` crops; with `flip_test` a call holds people and their mirrored crops,
-    and the two heatmaps are averaged after `flip_back`, as upstream. No boxes, no people:
-    empty arrays come back (upstream would fall back to the whole frame).
+    normalization and the network) and returns (n, K, h, w) heatmaps, K = `num_keypoints`
+    (308; v1 also 17 or 133). Each call gets at most `batch_size` crops; with `flip_test` a
+    call holds people and their mirrored crops, and the two heatmaps are averaged after
+    `flip_back`, as upstream. No boxes, no people: empty arrays come back (upstream would fall
+    back to the whole frame).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     boxes = torch.as_tensor(boxes_xyxy, dtype=torch.float64).cpu().numpy().reshape(-1, 4)
-    num_kpts = len(KEYPOINT_NAMES)
+    num_kpts = num_keypoints
+    flip_indices = flip_indices_for(num_kpts)
     keypoints = np.zeros((len(boxes), num_kpts, 2), dtype=np.float32)
     scores = np.zeros((len(boxes), num_kpts), dtype=np.float32)
     crops = [make_crop(box, input_hw) for box in boxes]
@@ -403,7 +410,9 @@ def estimate_pose(
             batch = torch.cat([pixels, pixels.flip(-1)]) if flip_test else pixels
             heatmaps = _checked_heatmaps(model_fn(batch), len(batch), num_kpts)
             if flip_test:
-                heatmaps = 0.5 * (heatmaps[: len(chunk)] + flip_back(heatmaps[len(chunk) :]))
+                heatmaps = 0.5 * (
+                    heatmaps[: len(chunk)] + flip_back(heatmaps[len(chunk) :], flip_indices)
+                )
             kpts_hm, kpt_scores = decode_heatmaps(heatmaps)
             in_plate = heatmap_to_image(kpts_hm, chunk, tuple(heatmaps.shape[-2:]), input_hw)
             stop = start + len(chunk)

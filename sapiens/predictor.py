@@ -109,7 +109,9 @@ class Predictor:
         if name == "features":
             padded, _ = pad_to_multiple(x01, info.backbone.input_multiple)
             return {"features": _np(model(normalize(padded).to(self.dtype)), channels_last=False)}
-        prepare = letterbox if name in LETTERBOXED else stretch
+        # v1 resizes every dense input plainly to 1024x768 (reference §3), Sapiens2 letterboxes.
+        boxed = name in LETTERBOXED and info.family == "sapiens2"
+        prepare = letterbox if boxed else stretch
         canvas, geom = prepare(x01, info.input_hw)
         canvas, (pb, pr) = pad_to_multiple(canvas, info.backbone.input_multiple)
         geom = geom.padded(pb, pr)  # `restore` then drops this padding too
@@ -139,7 +141,8 @@ class Predictor:
     def predict_pose(
         self, image: np.ndarray | Tensor, boxes_xyxy, *, flip_test: bool = True
     ) -> PoseResult:
-        """308 keypoints per boxed person, in plate pixels (top-down, UDP crop, flip test)."""
+        """K keypoints per boxed person (308; v1: 17, 133 or 308), in plate pixels (top-down,
+        UDP crop, flip test)."""
         if "pose" not in self.models:
             raise ValueError("no pose model loaded")
         model, info = self.models["pose"], self.infos["pose"]
@@ -155,6 +158,7 @@ class Predictor:
             flip_test=flip_test,
             batch_size=self.batch_size * 2,
             input_hw=info.input_hw,
+            num_keypoints=info.head.out_channels if info.head else 308,
         )
 
 

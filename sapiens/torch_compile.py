@@ -4,17 +4,21 @@ block so MHSA and GQA blocks share compiled code across depth) and the head."""
 from __future__ import annotations
 
 from .backbone import Sapiens2Backbone
-from .model import SapiensModel
+from .model import SapiensModel, SapiensTaskModel
+from .v1_backbone import SapiensV1Backbone
 
 
 def compile_model(model: SapiensModel, mode: str | None = None) -> SapiensModel:
-    backbone = model if isinstance(model, Sapiens2Backbone) else model.backbone
-    for block in backbone.blocks:
+    backbone = model.backbone if isinstance(model, SapiensTaskModel) else model
+    if isinstance(backbone, SapiensV1Backbone):
+        blocks = list(backbone.layers)  # v1: one block shape across depth
+    else:
+        assert isinstance(backbone, Sapiens2Backbone)
+        blocks = list(backbone.blocks)
+        if backbone.tokenizer is not None:
+            blocks += list(backbone.tokenizer.blocks)
+    for block in blocks:
         block.compile(mode=mode, dynamic=False)
-    if backbone.tokenizer is not None:
-        for block in backbone.tokenizer.blocks:
-            block.compile(mode=mode, dynamic=False)
-    head = getattr(model, "decode_head", None)
-    if head is not None:
-        head.compile(mode=mode, dynamic=False)
+    if isinstance(model, SapiensTaskModel):
+        model.head_module.compile(mode=mode, dynamic=False)
     return model
