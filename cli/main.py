@@ -13,6 +13,7 @@ from flows.refusals import REFUSALS
 from . import cuts, operations, scan, submit
 from .catalog import catalog_app
 from .console import EXIT_FAILED, err
+from .models import models_app
 
 # Help texts are plain text: "SHOW[/SEQ[/SHOT]]" must not be read as rich markup.
 app = typer.Typer(
@@ -25,7 +26,7 @@ app.add_typer(catalog_app, name="catalog")
 # in the order `svfx --help` lists them
 app.command()(submit.submit)
 app.command()(submit.status)
-app.command()(operations.models)
+app.add_typer(models_app, name="models")
 app.command()(operations.cluster)
 app.command()(operations.worker)
 app.command()(scan.scan)

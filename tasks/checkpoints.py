@@ -8,6 +8,10 @@ The tiny untrained models are used only when there is no root or the root holds 
 `*.safetensors` at all; a root with real checkpoints that no single size completes is an
 error that says which size has which pass, never a silent fall-back to random weights.
 
+Sapiens v1 files (`svfx models convert`) are described and listed too, told apart by their
+tensors, but never chosen for a pass: the passes run Sapiens2 models, and a v1 file given
+explicitly is refused with the reason.
+
 Checkpoints are local files (copy released weights to node-local disk once per node;
 stack-notes.md section 7): the workers memory-map them.
 """
@@ -23,10 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from sapiens.arch import NATIVE_INPUT_HW, canonical_arch
-from sapiens.checkpoint_arch import describe_layout, infer_backbone, infer_head
+from sapiens.checkpoint_arch import (
+    describe_layout,
+    infer_backbone,
+    infer_head,
+    looks_like_v1,
+    v1_checkpoint_info,
+)
 from sapiens.errors import CheckpointError
 from sapiens.loading import read_header, sha256_file
 from sapiens.predictor import PASS_TASKS
+from sapiens.v1_arch import TASKS as V1_TASKS
 
 from .checkpoint_errors import CheckpointChoiceError
 
@@ -41,6 +52,7 @@ AUTO_SIZE = "auto"
 AUTO_SIZE_ORDER = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "5b")
 KNOWN_SIZES = (*AUTO_SIZE_ORDER, "1b-4k")
 UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
+SAPIENS2 = "sapiens2"
 
 
 @dataclass(frozen=True)
@@ -49,10 +61,11 @@ class CheckpointRef:
 
     path: str
     sha256: str
-    arch: str  # e.g. sapiens2_0.4b, sapiens2_1b_4k
-    task: str  # normal, albedo, pointmap, seg, pose, matting
+    arch: str  # e.g. sapiens2_0.4b, sapiens2_1b_4k, sapiens_0.3b (v1)
+    task: str  # normal, albedo, pointmap, seg, pose, matting, pretrain (v1 also depth)
     trained: bool
     size_bytes: int
+    family: str = SAPIENS2  # or "sapiens1" (v1, ECCV 2024): listed, never chosen for a pass
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -85,9 +98,21 @@ class RootScan:
 
 
 def describe_checkpoint(path: str | os.PathLike[str]) -> CheckpointRef:
-    """Read a checkpoint's header (not its weights) and hash it; CheckpointError when bad."""
+    """Read a checkpoint's header (not its weights) and hash it; CheckpointError when bad.
+    The family comes from the tensor names and shapes, never from the file name."""
     path = os.fspath(path)
     shapes, _dtypes, metadata = read_header(path)
+    if looks_like_v1(shapes):
+        info = v1_checkpoint_info(path, shapes, metadata)
+        return CheckpointRef(
+            path=str(Path(path).resolve()),
+            sha256=cached_sha256(path),
+            arch=info.arch,
+            task=info.task or "pretrain",
+            trained=info.trained,
+            size_bytes=Path(path).stat().st_size,
+            family=info.family,
+        )
     kind, backbone_shapes, head_shapes = describe_layout(path, shapes)
     try:
         spec = infer_backbone(backbone_shapes)
@@ -136,8 +161,17 @@ def wanted_arch(model_size: str) -> str:
 
 
 def size_label(arch: str) -> str:
-    """The --model-size spelling of an arch: 'sapiens2_1b_4k' -> '1b-4k'."""
-    return arch.removeprefix("sapiens2_").replace("_4k", "-4k")
+    """The --model-size spelling of an arch: 'sapiens2_1b_4k' -> '1b-4k'; v1 ones too,
+    without their family ('sapiens_0.3b' -> '0.3b'; `CheckpointRef.family` tells which)."""
+    for prefix in ("sapiens2_", "sapiens1_", "sapiens_"):
+        if arch.startswith(prefix):
+            return arch.removeprefix(prefix).replace("_4k", "-4k")
+    return arch.replace("_4k", "-4k")
+
+
+def sapiens2_refs(refs: Iterable[CheckpointRef]) -> list[CheckpointRef]:
+    """The files the passes may be given: Sapiens2 ones (v1 files are only listed)."""
+    return [ref for ref in refs if ref.family == SAPIENS2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,8 +259,10 @@ def pick_model_size(
     has which pass and what is missing.
     """
     preferred = preferred_size(preferred)
-    trained = [ref for ref in refs if ref.trained]
-    pool = trained or list(refs)
+    usable = sapiens2_refs(refs)
+    v1_left_out = len(refs) - len(usable)
+    trained = [ref for ref in usable if ref.trained]
+    pool = trained or usable
     covered = passes_by_size(pass_tasks, pool)
     complete = [size for size, have in covered.items() if len(have) == len(pass_tasks)]
     note = "" if trained else " (UNTRAINED: the root holds no trained checkpoint)"
@@ -248,7 +284,9 @@ def pick_model_size(
     if len(covered) == 1 and autos:
         return autos[0], f"{autos[0]}: the only size under {root}{note}"
     raise CheckpointChoiceError(
-        _no_single_size_message(pass_tasks, covered, root, len(pool) < len(refs), skipped)
+        _no_single_size_message(
+            pass_tasks, covered, root, len(pool) < len(usable), skipped, v1_left_out
+        )
     )
 
 
@@ -289,6 +327,7 @@ def _no_single_size_message(
     root: str,
     untrained_left_out: bool,
     skipped: Sequence[CheckpointError],
+    v1_left_out: int = 0,
 ) -> str:
     asked = ", ".join(pass_tasks)
     if not covered:
@@ -309,6 +348,8 @@ def _no_single_size_message(
         )
     if untrained_left_out:
         lines.append("(files marked untrained were left out: the root holds trained ones)")
+    if v1_left_out:
+        lines.append(f"({v1_left_out} Sapiens v1 files were left out: the passes run Sapiens2)")
     return "\n".join(lines + _skipped_lines(root, skipped))
 
 
@@ -349,6 +390,9 @@ def _explicit_choices(
         except CheckpointError as exc:
             problems.append(f"{name}: {exc}")
             continue
+        if ref.family != SAPIENS2:
+            problems.append(f"{name}: {_v1_refusal(name, task, explicit[name], ref)}")
+            continue
         if ref.task != task:
             problems.append(
                 f"{name}: {explicit[name]} holds a {ref.task} model, not {task} "
@@ -359,6 +403,20 @@ def _explicit_choices(
     return chosen, problems
 
 
+def _v1_refusal(name: str, task: str, path: str, ref: CheckpointRef) -> str:
+    """Why a Sapiens v1 file given for pass `name` is refused."""
+    what = f"{path} is a Sapiens v1 file ({ref.arch} {ref.task})"
+    if task not in V1_TASKS:
+        return (
+            f"{what}: v1 has {', '.join(V1_TASKS[:-1])} and {V1_TASKS[-1]} models only, "
+            f"no {name} pass; give a Sapiens2 {task} checkpoint"
+        )
+    return (
+        f"{what}: running Sapiens v1 models through the passes is not supported yet "
+        "(--family sapiens1 is planned); give a Sapiens2 checkpoint"
+    )
+
+
 def _choices_under_root(
     pass_tasks: dict[str, str], arch: str, scan: RootScan
 ) -> tuple[dict[str, CheckpointRef], list[str]]:
@@ -366,12 +424,15 @@ def _choices_under_root(
     chosen: dict[str, CheckpointRef] = {}
     problems: list[str] = []
     for name, task in pass_tasks.items():
-        matches = [ref for ref in scan.refs if ref.task == task and ref.arch == arch]
+        usable = sapiens2_refs(scan.refs)
+        matches = [ref for ref in usable if ref.task == task and ref.arch == arch]
         if matches:
             chosen[name] = sorted(matches, key=lambda ref: not ref.trained)[0]
             continue
-        have = sorted({f"{ref.arch}/{ref.task}" for ref in scan.refs}) or ["none"]
+        have = sorted({f"{ref.arch}/{ref.task}" for ref in usable}) or ["none"]
         found = ", ".join(have)
+        if v1 := len(scan.refs) - len(usable):
+            found += f"; {v1} Sapiens v1 files, not used by the passes"
         if scan.skipped:
             found += f"; {len(scan.skipped)} files skipped, listed below"
         problems.append(f"{name}: no {arch} {task} checkpoint under {scan.root} (found: {found})")
