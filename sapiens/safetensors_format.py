@@ -25,9 +25,9 @@ from .errors import CheckpointError, NotSafetensors
 PICKLE_SUFFIXES = {".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle"}
 CONVERT_HINT = (
     "pickled weights can run arbitrary code when loaded, so they are refused. Convert the "
-    "file to safetensors once, in a trusted environment (the safetensors project's convert "
-    "script, or safetensors.torch.save_file on its state dict with contiguous tensors), and "
-    "load the .safetensors file"
+    "file to safetensors once: `svfx models convert FILE.pth FILE.safetensors` reads a "
+    "released Sapiens .pth without running any of its code; for other files, "
+    "safetensors.torch.save_file on the state dict in a trusted environment"
 )
 MAX_HEADER_BYTES = 100 << 20  # the limit the safetensors library itself enforces
 # Bytes per element of each safetensors dtype (sub-byte F4/F6 types are not handled).
