@@ -37,7 +37,7 @@ from .console import (
     refusing,
     table,
 )
-from .submit import absolute_paths, run_here
+from .submit import ClusterOpt, absolute_paths, require_cluster, run_here
 
 
 # -- cuts in ---------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def submit_edit(
     checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
     version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
     no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
-    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    dask_address: ClusterOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")
     ] = False,
@@ -182,6 +182,7 @@ def _run_cut(
     results: list[dict[str, Any]] = []
     if not plan.shots:
         return results
+    require_cluster(dask_address, settings)
     try:
         with prefect_api(settings.home / "prefect", settings.prefect_start_timeout_s):
             for shot in plan.shots:

@@ -1,11 +1,10 @@
 """Running the platform: `svfx cluster` and `svfx worker` (Dask), `svfx serve` (the Prefect
-deployments), `svfx api` (the catalog's web API and pages), `svfx demo` (a sample shot) and
-`svfx models` (the checkpoints under the checkpoint root, verified)."""
+deployments), `svfx api` (the catalog's web API and pages) and `svfx demo` (a sample shot).
+`svfx models` lives in `cli/models.py`."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,68 +12,17 @@ import typer
 from flows.demo import DEMO_COLORSPACE, DEMO_FIRST_FRAME, write_demo_plate
 
 from .console import (
-    EXIT_FAILED,
-    EXIT_OK,
-    JsonOpt,
     console,
     err,
     fail,
     get_settings,
     interactive,
-    print_json,
-    table,
 )
 from .submit import run_submit
 
-# Dask (cluster, worker), Prefect (serve), torch (models), the web app and uvicorn (api) take
+# Dask (cluster, worker), Prefect (serve), the web app and uvicorn (api) take
 # seconds to import on a busy machine: each is imported inside the command that needs it, so
 # the other commands start without them.
-
-
-# -- models ----------------------------------------------------------------------------------
-def models(
-    checkpoint_root: Annotated[
-        str | None, typer.Option(help="default SVFX_CHECKPOINT_ROOT")
-    ] = None,
-    full: Annotated[
-        bool, typer.Option(help="also check every tensor's shape and that every weight is finite")
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """The checkpoints under the checkpoint root, with arch, task, size and sha256, verified."""
-    from tasks.checkpoint_verify import verify_checkpoint_once
-    from tasks.checkpoints import CheckpointError, scan_checkpoints
-
-    settings = get_settings()
-    root = checkpoint_root or settings.checkpoint_root
-    if not root:
-        raise fail("no checkpoint root: pass --checkpoint-root or set SVFX_CHECKPOINT_ROOT")
-    if not Path(root).is_dir():
-        raise fail(f"checkpoint root {root} is not a directory")
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    for item in scan_checkpoints(root):
-        if isinstance(item, CheckpointError):
-            bad += 1
-            rows.append({"path": item.path, "status": f"BAD: {item.reason}"})
-            continue
-        row = {**item.as_dict(), "size": f"{item.size_bytes / 2**20:.1f} MiB", "status": "ok"}
-        if full:  # shapes against the model and every weight finite (remembered once passed)
-            try:
-                verify_checkpoint_once(item)
-            except CheckpointError as exc:
-                bad += 1
-                row["status"] = f"BAD: {exc.reason}"
-        if not item.trained:
-            row["status"] += " (UNTRAINED)"
-        rows.append(row)
-    if as_json:
-        print_json(rows)
-    elif not rows:
-        console.print(f"no *.safetensors under {root}")
-    else:
-        table(rows, ["path", "arch", "task", "size", "sha256", "status"])
-    raise typer.Exit(EXIT_FAILED if bad else EXIT_OK)
 
 
 # -- cluster and workers ---------------------------------------------------------------------
@@ -83,15 +31,22 @@ def cluster(
     gpus: Annotated[int | None, typer.Option(help="GPUs to use (default: all visible)")] = None,
     dashboard: bool = True,
 ) -> None:
-    """Start a local Dask cluster (one worker per GPU with GPU=1) and print its address."""
-    from flows.cluster import start_local_cluster
+    """Start a local Dask cluster (one worker per GPU with GPU=1) and print its address and
+    where its dashboard is."""
+    from flows.cluster import local_dashboard_missing, start_local_cluster
 
     get_settings()
-    local = start_local_cluster(workers, gpus=gpus, dashboard=dashboard)
+    # without bokeh the scheduler would open :8787 on every interface for /health alone
+    missing = local_dashboard_missing() if dashboard else "--no-dashboard"
+    local = start_local_cluster(workers, gpus=gpus, dashboard=missing is None)
     console.print(f"scheduler: [bold]{local.scheduler_address}[/]")
-    console.print(f"export SVFX_DASK_ADDRESS={local.scheduler_address}")
-    if dashboard:
-        console.print(f"dashboard: {local.dashboard_link}")
+    plain: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}
+    console.print(f"export SVFX_DASK_ADDRESS={local.scheduler_address}", **plain)
+    console.print(f"svfx submit --cluster {local.scheduler_address} ...", **plain)
+    if missing is None:
+        console.print(f"dashboard: {local.dashboard_link}", **plain)
+    else:
+        console.print(f"no dashboard ({missing})", **plain)
     console.print("Ctrl-C to stop.")
     try:
         while True:
@@ -106,11 +61,16 @@ def worker(
     nthreads: int = 1,
     memory_limit: str = "auto",
 ) -> None:
-    """Start GPU workers for an existing scheduler: one process per GPU, each with GPU=1."""
-    from flows.workers import run_workers
+    """Start GPU workers for an existing scheduler: one process per GPU, each with GPU=1;
+    prints where the scheduler's dashboard is."""
+    from flows.workers import about_scheduler, run_workers, visible_gpus
 
-    get_settings()
+    settings = get_settings()
     try:
+        visible_gpus(gpus)  # a bad --gpus is refused before the scheduler is asked
+        lines = about_scheduler(address, settings.dask_connect_timeout_s)
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         code = run_workers(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
     except ValueError as exc:  # --gpus asks for more GPUs than there are, or is not a count
         raise fail(str(exc)) from None
@@ -122,6 +82,12 @@ def serve() -> None:
     """Serve the deployments: process-shot on demand and, when SVFX_SCAN_PREFIXES is set,
     scan-plates on SVFX_SCAN_CRON or every SVFX_SCAN_INTERVAL_S seconds."""
     settings = get_settings()
+    from flows.orchestrator import OrchestratorError, served_api_url
+
+    try:  # a server that is down: one line naming it, before Prefect's retries and traceback
+        served_api_url()
+    except OrchestratorError as exc:
+        raise fail(str(exc)) from None
     from prefect import serve as prefect_serve
 
     from flows.scheduled import deployments

@@ -25,7 +25,7 @@ from .console import (
     interactive,
     print_json,
 )
-from .submit import run_here
+from .submit import ClusterOpt, require_cluster, run_here
 
 
 # -- scan ------------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def scan(
     queue: Annotated[
         bool, typer.Option("--queue", help="queue runs of the served process-shot deployment")
     ] = False,
-    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    dask_address: ClusterOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Scan S3 prefixes once: new or changed plate sequences are processed (here, one shot
@@ -80,6 +80,8 @@ def scan(
     def run_with_progress(spec: dict[str, Any], address: str | None) -> dict[str, Any]:
         return run_here(spec, address, settings, as_json)
 
+    if not queue and not dry_run:  # shots run here: their scheduler must answer first
+        require_cluster(dask_address, settings)
     submitter: Submitter = (
         DeploymentSubmitter()
         if queue

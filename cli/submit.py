@@ -42,6 +42,17 @@ from .console import (
 if TYPE_CHECKING:
     from flows.planning import ShotPlan
 
+# The scheduler to run on; --dask-address is its older name, kept working.
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        "--dask-address",
+        help="Dask scheduler address, e.g. tcp://scheduler:8786 (default SVFX_DASK_ADDRESS; "
+        "neither: a LocalCluster per run)",
+    ),
+]
+
 
 # -- submit ----------------------------------------------------------------------------------
 def submit(
@@ -70,7 +81,7 @@ def submit(
     tile: Annotated[str | None, typer.Option(help="tile WxH (default: model input)")] = None,
     overlap: Annotated[int, typer.Option(help="tile overlap in pixels")] = 128,
     precision: Annotated[str, typer.Option(help="auto|fp32|bf16|fp16")] = "auto",
-    dask_address: Annotated[str | None, typer.Option(help="scheduler (SVFX_DASK_ADDRESS)")] = None,
+    dask_address: ClusterOpt = None,
     no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
     nonfinite: Annotated[
         str, typer.Option(help="plate pixels that are NaN/Inf: error (fail the frame) or zero")
@@ -123,6 +134,7 @@ def run_submit(
     flow with a progress bar, report. Returns the exit code."""
     spec = _parsed(data)
     inputs = refusing(lambda: check_inputs(spec, settings))
+    require_cluster(dask_address, settings)
     catalog = refusing(lambda: open_catalog(settings.catalog, retry_s=settings.catalog_retry_s))
     live = refusing(lambda: live_job(catalog, inputs.paths.root))
     if live is not None:
@@ -139,6 +151,18 @@ def run_submit(
     else:
         _print_result(result)
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
+
+
+def require_cluster(address: str | None, settings: Settings) -> None:
+    """The scheduler named (--cluster, else SVFX_DASK_ADDRESS) answers, or one line naming it
+    and exit 2 within SVFX_DASK_CONNECT_TIMEOUT_S: proven before anything is registered in the
+    catalog, planned or handed to Prefect, so a dead address leaves nothing half-submitted.
+    No address: each run starts its own LocalCluster, nothing to prove."""
+    address = address or settings.dask_address
+    if address:
+        from flows.cluster import scheduler_identity
+
+        refusing(lambda: scheduler_identity(address, settings.dask_connect_timeout_s))
 
 
 def _parsed(data: dict[str, Any]) -> ShotSpec:

@@ -4,12 +4,19 @@ GPU workers carry the Dask resource ``GPU=1`` (one worker per GPU, one thread ea
 are submitted with ``resources={"GPU": 1}`` when such workers exist. A CPU-only LocalCluster
 has no GPU resource: each worker process is one model slot, and torch gets an even share of
 the cores so the workers do not fight over them.
+
+Commands prove a scheduler answers (``scheduler_identity``, within a few seconds) before they
+register or submit anything, and say where its dashboard is (``scheduler_dashboard``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import socket
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,7 +26,13 @@ from schemas.settings import Settings
 
 from .refusals import ClusterError
 
+# The flow's own connection, once the command has proven the scheduler answers (or, under
+# `svfx serve`, riding out a scheduler restart).
 CONNECT_TIMEOUT_S = 30
+START_HINT = (
+    "start it (`svfx cluster`, or a recipe under infra/) or fix --cluster / SVFX_DASK_ADDRESS"
+)
+CONNECT_HINT = f"{START_HINT}; SVFX_DASK_CONNECT_TIMEOUT_S gives it longer"
 
 
 def local_gpu_count() -> int:
@@ -78,6 +91,97 @@ def worker_count(client: Client) -> int:
     return len(client.scheduler_info(n_workers=-1)["workers"])
 
 
+def no_answer_reason(address: str, exc: BaseException) -> str:
+    """Why nothing answered: the OS error distributed wraps in "Timed out trying to connect"
+    ("Connection refused", "Name or service not known"), or, when its last attempt was cut
+    short and none is in the chain, what one plain TCP connection says (at most 1 s)."""
+    from distributed.comm import get_address_host_port
+
+    node: BaseException | None = exc
+    while node is not None:
+        if isinstance(node, OSError) and node.strerror:
+            return node.strerror
+        node = node.__cause__ or node.__context__
+    try:
+        with socket.create_connection(get_address_host_port(address), timeout=1):
+            return "the port takes connections, but no Dask scheduler answered on it"
+    except (ValueError, NotImplementedError):  # not a TCP address
+        return "nothing answered"
+    except OSError as err:
+        return err.strerror or str(err) or type(err).__name__
+
+
+def scheduler_identity(address: str, timeout_s: float, hint: str = CONNECT_HINT) -> dict[str, Any]:
+    """The scheduler's own account of itself (id, services, worker count), asked without
+    starting a Client: proof that a Dask scheduler answers at ``address``. ClusterError naming
+    the address when nothing answers within ``timeout_s``, or something else does; ``hint``
+    ends its message. Call it from synchronous code (it runs its own event loop)."""
+    from distributed.core import rpc
+    from distributed.security import Security
+
+    async def ask() -> dict[str, Any]:
+        args = Security().get_connection_args("client")  # tls:// as the dask config sets it
+        async with rpc(address, timeout=timeout_s, connection_args=args) as scheduler:
+            return dict(await scheduler.identity(n_workers=0))
+
+    try:
+        # wait_for: a peer that accepts the connection and then says nothing
+        identity = asyncio.run(asyncio.wait_for(ask(), timeout_s + 1))
+    except ValueError as exc:  # no scheme it knows, no port, ...
+        raise ClusterError(f"{address!r} is not a Dask scheduler address: {exc}") from None
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"the Dask scheduler at {address} did not answer within {timeout_s:g} s "
+            f"({no_answer_reason(address, exc)}): {hint}"
+        ) from None
+    except Exception as exc:  # something else on the port, TLS not configured, ...
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        raise ClusterError(f"no Dask scheduler answered at {address} ({why}): {hint}") from None
+    if identity.get("type") != "Scheduler":
+        raise ClusterError(f"{address} is a Dask {identity.get('type')}, not a scheduler: {hint}")
+    return identity
+
+
+def scheduler_dashboard(address: str, identity: dict[str, Any], timeout_s: float) -> str:
+    """Where the scheduler's dashboard is, as one line: ``dashboard: LINK`` or ``no dashboard
+    (why)``. A scheduler always serves HTTP (/health, /metrics) on its dashboard port, whether
+    the dashboard is on or not, so the port alone says nothing: /status is asked, which is the
+    dashboard, a "needs bokeh" page (bokeh missing where the scheduler runs) or 404
+    (started with --no-dashboard)."""
+    from distributed.comm import get_address_host
+    from distributed.utils import format_dashboard_link
+
+    port = (identity.get("services") or {}).get("dashboard")
+    if not port:
+        return "no dashboard (the scheduler serves no HTTP)"
+    host = get_address_host(address)
+    link = format_dashboard_link(host, port)
+    scheme = "https" if link.startswith("https:") else "http"
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        with direct.open(f"{scheme}://{host}:{port}/status", timeout=timeout_s) as response:
+            page = response.read(4096).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return "no dashboard (the scheduler has it turned off: --no-dashboard)"
+        return f"dashboard: {link} (it answered HTTP {exc.code})"
+    except (OSError, TimeoutError):
+        return f"dashboard: {link} (not reachable from here)"
+    if "Dask needs" in page and "for the dashboard" in page:  # http.scheduler.missing_bokeh
+        return "no dashboard (bokeh is not installed where the scheduler runs)"
+    return f"dashboard: {link}"
+
+
+def local_dashboard_missing() -> str | None:
+    """Why a scheduler started here would have no dashboard (None: it would have one): the
+    same import the scheduler tries, which fails without bokeh (or with one too old)."""
+    try:
+        import distributed.dashboard.scheduler  # noqa: F401
+    except ImportError:
+        return "bokeh is not installed: pip install bokeh"
+    return None
+
+
 @contextmanager
 def dask_client(settings: Settings, address: str | None = None) -> Any:
     """A client to the configured scheduler, or to a LocalCluster started (and closed) here."""
@@ -88,7 +192,7 @@ def dask_client(settings: Settings, address: str | None = None) -> Any:
         except (OSError, TimeoutError) as exc:
             raise ClusterError(
                 f"the Dask scheduler at {address} did not answer within {CONNECT_TIMEOUT_S} s "
-                f"({exc}); start it (`svfx cluster`) or fix SVFX_DASK_ADDRESS / --dask-address"
+                f"({no_answer_reason(address, exc)}): {START_HINT}"
             ) from None
         try:
             yield client

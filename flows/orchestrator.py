@@ -30,6 +30,13 @@ from pathlib import Path
 log = logging.getLogger("svfx.orchestrator")
 
 HEALTH_TIMEOUT_S = 10.0  # a configured server must answer /health within this
+# What to do about a configured server that does not answer: commands that run a flow here
+# can fall back on an embedded server; `svfx serve` cannot (its runs outlive it).
+EMBEDDED_HINT = "Start it (`prefect server start`), or unset PREFECT_API_URL to use an embedded one"
+SERVE_HINT = (
+    "Start it (`prefect server start`), or point PREFECT_API_URL at the server the studio's "
+    "tools submit to"
+)
 
 
 class OrchestratorError(RuntimeError):
@@ -91,7 +98,19 @@ def drain_prefect_workers() -> None:
         log.warning("could not send the last Prefect logs: %s", exc)
 
 
-def check_answers(url: str, timeout_s: float) -> None:
+def served_api_url(timeout_s: float = HEALTH_TIMEOUT_S) -> str | None:
+    """The Prefect API `svfx serve` registers its deployments with: the configured one once
+    it answers (so a server that is down is one line and exit 2, not a traceback from deep in
+    Prefect's client after its retries), or None when none is configured."""
+    url = configured_api_url()
+    if url:
+        check_answers(url, timeout_s, hint=SERVE_HINT)
+    return url
+
+
+def check_answers(url: str, timeout_s: float, *, hint: str = EMBEDDED_HINT) -> None:
+    """OrchestratorError, naming ``url``, unless its /health answers 200 within about
+    ``timeout_s`` (httpx's timeout, per connect and per read)."""
     import httpx
 
     health = f"{url.rstrip('/')}/health"
@@ -99,12 +118,13 @@ def check_answers(url: str, timeout_s: float) -> None:
         response = httpx.get(health, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise OrchestratorError(
-            f"the Prefect API at {url} (PREFECT_API_URL) does not answer: {exc}. Start it "
-            "(`prefect server start`), or unset PREFECT_API_URL to use an embedded one"
+            f"the Prefect API at {url} (PREFECT_API_URL) does not answer: "
+            f"{str(exc) or type(exc).__name__}. {hint}"
         ) from None
     if response.status_code != 200:
         raise OrchestratorError(
-            f"the Prefect API at {url} answered {response.status_code} to {health}"
+            f"the Prefect API at {url} (PREFECT_API_URL) answered {response.status_code} to "
+            f"{health}: is it a Prefect server's /api URL?"
         )
 
 

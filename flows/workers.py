@@ -13,7 +13,8 @@ import subprocess
 import sys
 from types import FrameType
 
-from .cluster import local_gpu_count
+from .cluster import local_gpu_count, scheduler_dashboard, scheduler_identity
+from .refusals import ClusterError
 
 
 def visible_gpus(gpus: str) -> list[str]:
@@ -58,6 +59,22 @@ def worker_commands(
             {"CUDA_VISIBLE_DEVICES": device},
         )
         for device in devices
+    ]
+
+
+def about_scheduler(address: str, timeout_s: float) -> list[str]:
+    """What `svfx worker` says before it starts: the scheduler as it reports itself and where
+    its dashboard is, or that it did not answer. The workers start either way: `dask worker`
+    keeps trying to connect, and on a farm workers may come up before their scheduler."""
+    hint = "the workers start anyway and keep trying to connect; dashboard unknown"
+    try:
+        identity = scheduler_identity(address, timeout_s, hint=hint)
+    except ClusterError as exc:
+        return [f"scheduler: {exc}"]
+    workers = identity.get("n_workers", 0)
+    return [
+        f"scheduler: {address} ({workers} workers connected)",
+        scheduler_dashboard(address, identity, timeout_s),
     ]
 
 

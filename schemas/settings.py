@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home)
     catalog_url: str | None = None  # default: sqlite under home
     dask_address: str | None = None  # default: a LocalCluster per run
+    # How long `svfx submit/scan/submit-edit/worker` wait for that scheduler to answer before
+    # saying so (a farm reached over a VPN may need more than a LAN).
+    dask_connect_timeout_s: float = Field(5.0, gt=0)
     checkpoint_root: str | None = None  # default: tiny untrained models
     output_root: str | None = None  # default: home/outputs
     # Comma- or colon-separated; default: home and the current directory.

@@ -3,14 +3,18 @@
 then a 4-frame shot submitted with `svfx submit` and SVFX_DASK_ADDRESS pointing at it.
 
 Also `flows.workers`: which worker processes `svfx worker` starts for which GPUs, and that
-SIGTERM, SIGINT to its process group (Ctrl-C) and SIGHUP close them all, leaving no orphans.
+SIGTERM, SIGINT to its process group (Ctrl-C) and SIGHUP close them all, leaving no orphans;
+where `svfx cluster` and `svfx worker` say the dashboard is; and `--cluster ADDRESS` at a
+closed loopback port: one line naming it, exit 2, nothing registered or handed to Prefect.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -354,3 +358,173 @@ def test_stopping_the_cluster_leaves_no_process_behind(tmp_path):
         assert [proc.wait(timeout=60) for proc in procs] == [0, 0]
         _gone, alive = psutil.wait_procs(family, timeout=30)
         assert alive == []
+
+
+# -- --cluster at an address where nothing answers ---------------------------------------------
+@pytest.fixture
+def closed_port() -> Iterator[str]:
+    """A loopback address nothing listens on: the port is bound (so nobody else takes it
+    meanwhile) but not listening, so connecting is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def cluster_home(tmp_path, monkeypatch) -> Path:
+    """SVFX_HOME in tmp_path, no scheduler configured, and no Prefect run allowed: a command
+    refused for its --cluster must never reach the flow."""
+    from tests.test_cli import _svfx_env
+
+    _svfx_env(monkeypatch, tmp_path / "home", tmp_path)
+    monkeypatch.setenv("SVFX_DASK_CONNECT_TIMEOUT_S", "1")
+
+    def no_flow(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the shot was handed to the flow")
+
+    monkeypatch.setattr("cli.submit.run_shot_here", no_flow)
+    monkeypatch.setattr("cli.scan.scan_with_catalog", no_flow)
+    return tmp_path
+
+
+def _refused_for(result: Any, address: str) -> None:
+    detail = f"exit {result.exit_code}\n{result.stdout}\n{result.stderr}"
+    if result.exc_info and not isinstance(result.exception, SystemExit):
+        detail += "".join(traceback.format_exception(*result.exc_info))
+    assert result.exit_code == 2, detail
+    assert isinstance(result.exception, SystemExit), detail  # no traceback
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: the Dask scheduler at {address} did not answer within 1 s")
+    assert "(Connection refused)" in line and "--cluster" in line, line
+    assert not result.stdout
+
+
+@pytest.mark.parametrize("option", ["--cluster", "--dask-address"])
+def test_submit_to_a_closed_port_is_refused_before_anything_is_registered(
+    cluster_home, closed_port, option
+):
+    from cli.main import app as svfx_app
+
+    pattern = make_plate(cluster_home / "plates", frames=2)
+    args = ["submit", pattern, "--shot", "demo/sq010/sh010", "--colorspace", "lin_rec709"]
+    result = CliRunner().invoke(svfx_app, [*args, option, closed_port])
+    _refused_for(result, closed_port)
+    # refused before the catalog was even opened: no job, no database
+    assert not (cluster_home / "home" / "catalog.db").exists()
+
+
+def test_svfx_dask_address_at_a_closed_port_is_refused_too(cluster_home, closed_port, monkeypatch):
+    from cli.main import app as svfx_app
+
+    monkeypatch.setenv("SVFX_DASK_ADDRESS", closed_port)
+    pattern = make_plate(cluster_home / "plates", frames=2)
+    result = CliRunner().invoke(svfx_app, ["submit", pattern, "--shot", "demo/sq010/sh010"])
+    _refused_for(result, closed_port)
+    assert not (cluster_home / "home" / "catalog.db").exists()
+
+
+def test_scan_and_submit_edit_to_a_closed_port_are_refused(cluster_home, closed_port):
+    from cli.main import app as svfx_app
+    from tests.test_submit_edit import clip, sequence_ref, write_otio
+
+    runner = CliRunner()
+    scan = runner.invoke(svfx_app, ["scan", "s3://plates/incoming", "--cluster", closed_port])
+    _refused_for(scan, closed_port)
+
+    pattern = make_plate(cluster_home / "sh010", frames=2)
+    cut = write_otio(cluster_home / "cut.otio", clip("sh010", sequence_ref(pattern, 1001, 2), 0, 2))
+    edit = runner.invoke(
+        svfx_app,
+        [
+            "submit-edit", str(cut), "--show", "abc", "--seq", "sq010", "--json",
+            "--passes", "matte", "--colorspace", "lin_rec709", "--cluster", closed_port,
+        ],
+    )  # fmt: skip
+    _refused_for(edit, closed_port)
+    assert not (cluster_home / "home" / "catalog.db").exists()
+
+
+def test_svfx_worker_starts_its_workers_even_before_the_scheduler_answers(
+    cluster_home, closed_port, monkeypatch
+):
+    """On a farm workers may come up before their scheduler: `svfx worker` says it did not
+    answer, then starts them anyway (`dask worker` keeps trying)."""
+    from cli.main import app as svfx_app
+
+    started = []
+    monkeypatch.setattr(
+        workers, "run_workers", lambda address, gpus, **_kw: started.append(address) or 0
+    )
+    result = CliRunner().invoke(svfx_app, ["worker", closed_port, "--gpus", "0"])
+    assert result.exit_code == 0, result.output
+    assert started == [closed_port]
+    assert f"the Dask scheduler at {closed_port} did not answer within 1 s" in result.stdout
+    assert "the workers start anyway" in result.stdout and "dashboard unknown" in result.stdout
+
+
+# -- where the dashboard is --------------------------------------------------------------------
+def test_svfx_worker_says_the_scheduler_has_no_dashboard(loopback):
+    """The module's scheduler runs with --no-dashboard: both `svfx worker`s said so."""
+    for name in ("svfx-worker-a", "svfx-worker-b"):
+        log = (loopback["tmp"] / f"{name}.log").read_text()
+        assert f"scheduler: {loopback['address']} (" in log, log
+        assert "no dashboard (the scheduler has it turned off: --no-dashboard)" in log, log
+
+
+def _read_until(proc: subprocess.Popen[bytes], log: Path, marker: str) -> str:
+    deadline = time.monotonic() + 120
+    while marker not in (text := log.read_text()):
+        assert proc.poll() is None, text
+        assert time.monotonic() < deadline, text
+        time.sleep(0.1)
+    return text
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dashboard", [True, False], ids=["dashboard", "no-dashboard"])
+def test_svfx_cluster_and_svfx_worker_say_where_the_dashboard_is(tmp_path, monkeypatch, dashboard):
+    """`svfx cluster` prints its scheduler's dashboard link, or "no dashboard" and why (bokeh
+    missing, or --no-dashboard); `svfx worker` pointed at it reports the same, as the
+    scheduler itself says (its identity, then its /status page)."""
+    from distributed import Client
+
+    from cli.main import app as svfx_app
+    from flows.cluster import local_dashboard_missing
+
+    args = ["-m", "cli", "cluster", "--workers", "1", "--gpus", "0"]
+    proc = _start(
+        [*args] if dashboard else [*args, "--no-dashboard"], tmp_path / "c.log", _env(tmp_path)
+    )
+    family: list[psutil.Process] = []
+    try:
+        text = _read_until(proc, tmp_path / "c.log", "Ctrl-C to stop.")
+        family += _descendants(proc)
+        printed = re.search(r"^scheduler: (\S+)$", text, re.M)
+        assert printed, text
+        address = printed[1]
+        assert f"svfx submit --cluster {address} ..." in text
+        missing = local_dashboard_missing()  # the same venv as the subprocess
+        with Client(address, timeout="30s") as client:
+            link = client.dashboard_link
+        if not dashboard:
+            assert "no dashboard (--no-dashboard)" in text, text
+        elif missing:
+            assert f"no dashboard ({missing})" in text, text
+        else:
+            assert f"dashboard: {link}" in text, text
+
+        monkeypatch.setenv("SVFX_HOME", str(tmp_path / "home"))
+        monkeypatch.setattr(workers, "run_workers", lambda *_a, **_kw: 0)
+        result = CliRunner().invoke(svfx_app, ["worker", address, "--gpus", "0"])
+        assert result.exit_code == 0, result.output
+        connected = rf"^scheduler: {re.escape(address)} \(\d+ workers connected\)$"
+        assert re.search(connected, result.stdout, re.M), result.stdout
+        if dashboard and not missing:
+            assert f"dashboard: {link}" in result.stdout
+        else:  # svfx cluster turns it off rather than open a port with no dashboard on it
+            assert "no dashboard (the scheduler has it turned off" in result.stdout
+
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the cluster closes
+        assert proc.wait(timeout=60) == 0, (tmp_path / "c.log").read_text()
+    finally:
+        _stop(proc, family)
