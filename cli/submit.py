@@ -15,7 +15,12 @@ from rich.table import Table
 
 from flows.inputs import ShotInputs, check_inputs
 from flows.live_jobs import follow_job, live_job, same_work
-from flows.orchestrator import OrchestratorError
+from flows.orchestrator import (
+    HEALTH_TIMEOUT_S,
+    OrchestratorError,
+    check_answers,
+    configured_api_url,
+)
 from flows.progress import Progress as ShotProgress
 from flows.submission import run_shot_here
 from schemas.catalog import Catalog, open_catalog
@@ -135,6 +140,7 @@ def run_submit(
     spec = _parsed(data)
     inputs = refusing(lambda: check_inputs(spec, settings))
     require_cluster(dask_address, settings)
+    require_orchestrator()
     catalog = refusing(lambda: open_catalog(settings.catalog, retry_s=settings.catalog_retry_s))
     live = refusing(lambda: live_job(catalog, inputs.paths.root))
     if live is not None:
@@ -163,6 +169,18 @@ def require_cluster(address: str | None, settings: Settings) -> None:
         from flows.cluster import scheduler_identity
 
         refusing(lambda: scheduler_identity(address, settings.dask_connect_timeout_s))
+
+
+def require_orchestrator() -> None:
+    """A configured Prefect API (PREFECT_API_URL) answers, or one line naming it and exit 2
+    before the plan is made (no untrained-model warning or progress bar for a run that cannot
+    start). None configured: the run starts an embedded one."""
+    url = configured_api_url()
+    if url:
+        try:
+            check_answers(url, HEALTH_TIMEOUT_S)
+        except OrchestratorError as exc:
+            raise fail(str(exc)) from None
 
 
 def _parsed(data: dict[str, Any]) -> ShotSpec:

@@ -15,8 +15,9 @@ models are the tiny UNTRAINED ones, plates for the scan sit in a bucket on moto'
 - a Prefect server that is down: `svfx serve` and `svfx submit` each end with one line naming
   the URL and exit 2, and nothing is left half-submitted in the catalog.
 
-Two of them are strict expected failures on today's pins, each naming the pin that fixes it:
-the scheduler under SQLAlchemy 2.1 and null filters under FastAPI >= 0.151.
+The second and third fail if the pins of pyproject.toml are relaxed: Prefect 3.8.8's scheduler
+fires no schedule under SQLAlchemy 2.1, and its server refuses its client's null filters under
+FastAPI >= 0.151.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-import httpx
 import pytest
 
 from bench.common import free_port
@@ -266,14 +266,6 @@ def job_of(serving: Served, run_id: UUID) -> dict[str, Any]:
     return job
 
 
-def installed(package: str) -> tuple[int, int]:
-    """(major, minor) of an installed distribution."""
-    from importlib.metadata import version
-
-    major, minor = version(package).split(".")[:2]
-    return int(major), int(minor)
-
-
 # -- a. a shot through the served deployment --------------------------------------------------
 def test_a_shot_submitted_to_the_deployment_completes_with_its_artifacts(served: Served) -> None:
     """What a studio's tools do: create a run of `process-shot/process-shot` with the spec as
@@ -309,20 +301,12 @@ def test_a_shot_submitted_to_the_deployment_completes_with_its_artifacts(served:
 
 
 # -- d. Prefect's own client and CLI reading what the flows publish -----------------------------
-@pytest.mark.xfail(
-    installed("fastapi") >= (0, 151),
-    reason="with FastAPI >= 0.151 the Prefect 3.8.8 server refuses the explicit nulls its own "
-    "client sends for filters left out (422 'Input should be a valid dictionary'), so "
-    "client.read_artifacts, `prefect artifact ls/inspect` and `prefect flow-run ls` fail; "
-    "fastapi<0.151 (Prefect 3.9's own cap) fixes it",
-    raises=httpx.HTTPStatusError,  # Prefect's own is a subclass; anything else still fails
-    strict=True,
-)
 def test_prefects_client_and_cli_read_a_runs_artifacts(
     prefect_server: PrefectServer, tmp_path: Path
 ) -> None:
     """What a studio's tools and the README's `prefect artifact inspect` do to watch a shot:
-    read a flow run's artifacts back from the server."""
+    read a flow run's artifacts back from the server. (FastAPI >= 0.151 breaks this on
+    Prefect 3.8.8's server: it refuses the nulls the client sends; pyproject pins <0.151.)"""
     from prefect import flow
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
@@ -353,15 +337,6 @@ def test_prefects_client_and_cli_read_a_runs_artifacts(
 
 
 # -- b. the scheduled scan ---------------------------------------------------------------------
-@pytest.mark.xfail(
-    installed("sqlalchemy") >= (2, 1),
-    reason="Prefect 3.8.8's scheduler service cannot insert scheduled flow runs under "
-    "SQLAlchemy 2.1 (server log: \"Can't evaluate bulk DML statement; please supply a "
-    'bulk_dml decorated function"), so no deployment schedule ever fires; sqlalchemy<2.1 '
-    "on the server fixes it",
-    raises=pytest.fail.Exception,  # no scheduled run within SCHEDULER_GRACE_S
-    strict=True,
-)
 def test_the_scheduled_scan_runs_and_queues_the_plate_it_finds(served: Served) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
