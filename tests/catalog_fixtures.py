@@ -29,7 +29,7 @@ PG_HOST = "127.0.0.1:5432"
 DIALECTS = ["sqlite", "postgresql"]
 
 
-def _pg_admin() -> tuple[str, str]:
+def pg_admin() -> tuple[str, str]:
     """(user, libpq URL of the maintenance database); fails the test when no server answers."""
     problems = []
     for user in ("postgres", "root"):
@@ -50,7 +50,7 @@ def _pg_admin() -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def pg_database_url() -> Iterator[str]:
     """A database ``test_<uuid>`` for this session, dropped at the end."""
-    user, admin = _pg_admin()
+    user, admin = pg_admin()
     name = f"test_{uuid.uuid4().hex}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -32,29 +32,10 @@ import pytest
 from psycopg import sql
 
 from bench.common import free_port
+from tests.catalog_fixtures import PG_HOST, pg_admin
 
-PG_HOST = "127.0.0.1:5432"
 START_TIMEOUT_S = 120.0  # migrations on a fresh database take ~7 s on an idle 2-core machine
 STOP_TIMEOUT_S = 20.0
-
-
-def pg_admin() -> tuple[str, str]:
-    """(user, libpq URL of the maintenance database) of the local PostgreSQL; fails the test,
-    naming the server, when no trusted user answers."""
-    problems = []
-    for user in ("postgres", "root"):
-        url = f"postgresql://{user}@{PG_HOST}/postgres"
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-        except psycopg.OperationalError as exc:
-            problems.append(f"{user}: {str(exc).strip()}")
-            continue
-        return user, url
-    pytest.fail(
-        f"PostgreSQL at {PG_HOST} is unreachable (trust auth as postgres or root): "
-        + "; ".join(problems),
-        pytrace=False,
-    )
 
 
 @contextlib.contextmanager
