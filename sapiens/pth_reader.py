@@ -79,8 +79,9 @@ EXPORT_DTYPES: dict[int, tuple[str, str]] = {
 # exported program may keep.
 DEPLOY_ONLY_PREFIXES = ("data_preprocessor.",)
 RESAVE_HINT = (
-    "this reader takes only torch's zip format; re-save it in a trusted environment with "
-    "torch.save(torch.load(SRC, weights_only=True), NEW) (torch >= 1.6 writes zip) and convert NEW"
+    "this reader takes only torch's zip format (what torch >= 1.6 writes); the released "
+    "Sapiens files are in it, so fetch the file again, or re-save it in the zip format on a "
+    "machine you trust and convert that"
 )
 _PRETRAIN_BASE = re.compile(r"sapiens_[0-9.]+b_epoch_\d+")
 _NUMPY_DTYPE_NAME = re.compile(r"b1|[iu][1248]|f(2|4|8|16)|c(8|16|32)|[US]\d{1,9}")
