@@ -116,10 +116,10 @@ def check_answers(url: str, timeout_s: float, *, hint: str = EMBEDDED_HINT) -> N
     health = f"{url.rstrip('/')}/health"
     try:
         response = httpx.get(health, timeout=timeout_s)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError
         raise OrchestratorError(
             f"the Prefect API at {url} (PREFECT_API_URL) does not answer: "
-            f"{str(exc) or type(exc).__name__}. {hint}"
+            f"{str(exc).rstrip('.') or type(exc).__name__}. {hint}"
         ) from None
     if response.status_code != 200:
         raise OrchestratorError(

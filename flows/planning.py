@@ -11,46 +11,21 @@ colour errors all say what to fix. Neither function writes anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
-from schemas.summaries import ChunkSummary, PlateInfo
+from schemas.summaries import PlateInfo
 from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
 from storage.zarr_store import shard_frames, stored_frames_per_shard
 from tasks.checkpoint_verify import verify_checkpoints
 from tasks.checkpoints import resolve_checkpoints
-from tasks.chunk_worker import ChunkJob
 
 from .inputs import ShotInputs, check_inputs
 from .resume import decide_work
-from .shot_plan import ShotPlan
-
-
-@dataclass(frozen=True)
-class Work:
-    """What a run of a plan has to do, decided before dispatch."""
-
-    todo: tuple[int, ...]
-    skipped: tuple[int, ...]  # every output present and matching its cache key
-    adopted: tuple[int, ...]  # proved on disk from its frame record: recorded, not recomputed
-    adopted_records: tuple[ChunkSummary, ...]  # what to write into the catalog for them
-    redone: dict[int, str] = field(default_factory=dict)  # recorded before, redone: why
-    holes: dict[int, str] = field(default_factory=dict)  # missing from the plate: why
-    jobs: tuple[ChunkJob, ...] = ()  # the chunks of `todo`, ready to dispatch
-
-    @property
-    def done(self) -> tuple[int, ...]:
-        return tuple(sorted(self.skipped + self.adopted))
-
-    @property
-    def note(self) -> str:
-        note = f"{len(self.todo)} to do, {len(self.skipped)} already done"
-        if self.adopted:
-            note += f", {len(self.adopted)} found on disk and recorded"
-        return note
+from .shot_plan import ShotPlan, Work
 
 
 def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = None) -> ShotPlan:
@@ -104,20 +79,12 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
 def work_to_do(plan: ShotPlan, catalog: Catalog, provenance: dict[str, str]) -> Work:
     """The frames of ``plan`` still to make, decided from the catalog and the disk together
     (`flows.resume`), cut into chunk jobs that carry ``provenance``; reads only."""
-    frames = decide_work(plan, catalog)
+    work = decide_work(plan, catalog)
     holes = {
         f: f"{plan.sequence.uri_for(f)}: frame {f}: missing from the sequence (a hole)"
         for f in plan.sequence.holes
     }
-    return Work(
-        todo=frames.todo,
-        skipped=frames.skipped,
-        adopted=tuple(frames.adopted),
-        adopted_records=tuple(frames.adopted.values()),
-        redone=frames.redone,
-        holes=holes,
-        jobs=tuple(plan.chunk_jobs(provenance, frames.todo)),
-    )
+    return replace(work, holes=holes, jobs=tuple(plan.chunk_jobs(provenance, work.todo)))
 
 
 def _fps(header: Frame) -> float:

@@ -20,7 +20,6 @@ nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.catalog.uris import normalise_uri
@@ -32,20 +31,12 @@ from storage.uri import filesystem_for
 from storage.zarr_store import committed_frames
 from tasks.frame_records import FrameRecordError, read_frame_record
 
-from .shot_plan import ShotPlan
+from .shot_plan import ShotPlan, Work
 
 log = logging.getLogger("svfx.resume")
 
 FILE_KINDS = ("exr", "pose_json", "preview")
 ADOPTED_CHUNK = -2  # chunk index of frames recorded from their frame records
-
-
-@dataclass(frozen=True)
-class FrameStates:
-    todo: tuple[int, ...]
-    skipped: tuple[int, ...]  # every output present and matching its cache key
-    adopted: dict[int, ChunkSummary]  # proved on disk from its frame record: what to record
-    redone: dict[int, str] = field(default_factory=dict)  # recorded before, redone: why
 
 
 def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
@@ -59,7 +50,7 @@ def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
     return wanted
 
 
-def decide_work(plan: ShotPlan, catalog: Catalog) -> FrameStates:
+def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
     """Split the plate's present frames into to do, skipped and adopted (see the module)."""
     spec, paths, options = plan.spec, plan.paths, plan.storage_options or None
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
@@ -92,7 +83,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog) -> FrameStates:
         todo.append(frame)
     for frame, why in sorted(redone.items())[:20]:
         log.info("frame %d is redone: %s", frame, why)
-    return FrameStates(tuple(todo), tuple(skipped), adopted, redone)
+    return Work(tuple(todo), tuple(skipped), adopted, redone)
 
 
 def files_under(root: str, options: dict[str, Any] | None) -> dict[str, int]:

@@ -1,15 +1,15 @@
 """A planned shot as a value: what the plate is, where the outputs go, which checkpoints
 make them, and how frames to do are cut into chunk jobs. Frozen: nothing fills it in later;
-the work to do is a separate value (`flows.planning.Work`)."""
+the work to do is a separate value (`Work`, from `flows.planning.work_to_do`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.spec import ShotSpec, cache_key
-from schemas.summaries import PlateInfo
+from schemas.summaries import ChunkSummary, PlateInfo
 from storage.sequences import PlateSequence
 from storage.zarr_store import shard_of
 from tasks.checkpoints import CheckpointRef
@@ -87,3 +87,23 @@ def shard_groups(indices: list[int], frames_per_shard: int, chunk_frames: int) -
     if current:
         groups.append(current)
     return groups
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a run of a plan has to do, decided before dispatch (`flows.planning.work_to_do`;
+    which frames are done: `flows.resume.decide_work`)."""
+
+    todo: tuple[int, ...]
+    skipped: tuple[int, ...]  # every output present and matching its cache key
+    adopted: dict[int, ChunkSummary]  # proved on disk from its frame record: what to record
+    redone: dict[int, str] = field(default_factory=dict)  # recorded before, redone: why
+    holes: dict[int, str] = field(default_factory=dict)  # missing from the plate: why
+    jobs: tuple[ChunkJob, ...] = ()  # the chunks of `todo`, ready to dispatch
+
+    @property
+    def note(self) -> str:
+        note = f"{len(self.todo)} to do, {len(self.skipped)} already done"
+        if self.adopted:
+            note += f", {len(self.adopted)} found on disk and recorded"
+        return note

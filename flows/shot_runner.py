@@ -40,9 +40,9 @@ from tasks.provenance import platform_version
 from tasks.temporal_qc import QcJob, flagged_frames, qc_passes, shot_flicker
 
 from .cluster import gpu_slots, worker_count
-from .planning import Work, work_to_do
+from .planning import work_to_do
 from .progress import Progress, emit
-from .shot_plan import ShotPlan
+from .shot_plan import ShotPlan, Work
 
 log = logging.getLogger("svfx.flow")
 
@@ -193,7 +193,7 @@ def _record_work(catalog: Catalog, job_id: int, work: Work, result: ShotResult) 
     """What the plan found before dispatch: frames already done, adopted, or holes."""
     if work.skipped:
         catalog.record_skipped(job_id, work.skipped)
-    for summary in work.adopted_records:
+    for summary in work.adopted.values():
         catalog.record_chunk(job_id, summary)
     if work.holes:
         catalog.record_chunk(job_id, _failed_chunk(-1, work.holes))

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 
 from . import arch as A
-from .errors import CheckpointError
+from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
 from .safetensors_format import Shapes
 from .v1_arch import identify_v1
@@ -103,13 +103,11 @@ def describe_layout(path: str, shapes: Shapes) -> tuple[str, Shapes, Shapes]:
         return "task", _strip(shapes, "backbone."), _strip(shapes, "decode_head.")
     if "cls_token" in shapes and "storage_tokens" in shapes:
         return "pretrain", shapes, {}
-    for wrapper in ("module.", "model.", "state_dict.", "ema."):
-        if keys and all(k.startswith(wrapper) for k in keys):
-            raise CheckpointError(
-                path,
-                f"every key starts with {wrapper!r}: strip that prefix "
-                "so keys read backbone.* / decode_head.* (or bare backbone keys)",
-            )
+    refuse_wrapped_keys(
+        path,
+        keys,
+        "strip that prefix so keys read backbone.* / decode_head.* (or bare backbone keys)",
+    )
     family = ""
     if any("pos_embed" in k for k in keys) and not any("rope_embed" in k for k in keys):
         family = " (it has an absolute position embedding: a ViT or Sapiens v1 checkpoint?)"

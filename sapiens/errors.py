@@ -14,6 +14,17 @@ class CheckpointError(ValueError):
         super().__init__(f"{path}: {reason}")
 
 
+WRAPPER_PREFIXES = ("module.", "model.", "state_dict.", "ema.")
+
+
+def refuse_wrapped_keys(path: str, keys: list[str], layout: str) -> None:
+    """CheckpointError when every key carries one training wrapper's prefix (a whole training
+    state saved instead of the state dict); ``layout`` says what the keys should read."""
+    for wrapper in WRAPPER_PREFIXES:
+        if keys and all(k.startswith(wrapper) for k in keys):
+            raise CheckpointError(path, f"every key starts with {wrapper!r}: {layout}")
+
+
 class InputError(ValueError):
     """An input batch the network cannot take (wrong shape, too small, NaN/Inf)."""
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from .arch import PATCH_SIZE, BackboneSpec, HeadSpec
-from .errors import CheckpointError
+from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
 from .keypoints import KEYPOINT_NAMES as GOLIATH_KEYPOINT_NAMES
 from .seg_classes import V1_SEG_CLASSES
@@ -168,7 +168,6 @@ def keypoint_set(info: ModelInfo) -> str | None:
 # ----------------------------------------------------------------------------- identify
 
 Shapes = Mapping[str, tuple[int, ...]]
-_WRAPPERS = ("state_dict.", "module.", "model.", "ema.")
 
 
 def identify_v1(
@@ -228,13 +227,12 @@ def _v1_layout(path: str, shapes: dict[str, tuple[int, ...]]) -> tuple[str, Shap
         return kind, _strip(shapes, "backbone."), _strip(shapes, prefix)
     if "pos_embed" in shapes and "patch_embed.projection.weight" in shapes:
         return "pretrain", shapes, {}
-    for wrapper in _WRAPPERS:
-        if keys and all(k.startswith(wrapper) for k in keys):
-            raise CheckpointError(
-                path,
-                f"every key starts with {wrapper!r}: keep only the state dict, so keys read "
-                "backbone.* / decode_head.* / head.* (or bare pretrain keys)",
-            )
+    refuse_wrapped_keys(
+        path,
+        keys,
+        "keep only the state dict, so keys read backbone.* / decode_head.* / head.* "
+        "(or bare pretrain keys)",
+    )
     hint = ""
     if "rope_embed.periods" in shapes or "storage_tokens" in shapes:
         hint = " (it has RoPE periods / register tokens: a Sapiens2 checkpoint?)"

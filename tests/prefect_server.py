@@ -33,6 +33,7 @@ from psycopg import sql
 
 from bench.common import free_port
 from tests.catalog_fixtures import PG_HOST, pg_admin
+from tests.slurm_server import terminate_all
 
 START_TIMEOUT_S = 120.0  # migrations on a fresh database take ~7 s on an idle 2-core machine
 STOP_TIMEOUT_S = 20.0
@@ -159,13 +160,7 @@ def stop_process_group(process: subprocess.Popen[bytes] | subprocess.Popen[str])
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    for member in family:
-        with contextlib.suppress(psutil.Error):
-            member.terminate()
-    _gone, alive = psutil.wait_procs(family, timeout=STOP_TIMEOUT_S)
-    for member in alive:
-        with contextlib.suppress(psutil.Error):
-            member.kill()
+    terminate_all(family, STOP_TIMEOUT_S)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

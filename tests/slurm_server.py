@@ -54,7 +54,7 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _terminate(procs: list[psutil.Process], timeout: float = STOP_TIMEOUT_S) -> None:
+def terminate_all(procs: list[psutil.Process], timeout: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM, then SIGKILL whatever is still there after `timeout`."""
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -264,7 +264,7 @@ class SlurmServer:
         for proc in self._daemons.values():
             with contextlib.suppress(psutil.NoSuchProcess):
                 daemons.append(psutil.Process(proc.pid))
-        _terminate([*daemons, *self._job_processes()])
+        terminate_all([*daemons, *self._job_processes()])
         for proc in self._daemons.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
