@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from . import arch as A
 from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
-from .safetensors_format import Shapes
+from .safetensors_format import Shapes, count_blocks
 from .v1_arch import identify_v1
 
 
@@ -129,21 +129,12 @@ def infer_backbone(shapes: Shapes) -> A.BackboneSpec:
     if head_dim <= 0 or c % head_dim:
         raise ValueError(f"q_norm size {head_dim} does not divide the width {c}")
     heads = c // head_dim
-    depth = _count(shapes, r"blocks\.(\d+)\.")
+    depth = count_blocks(shapes, r"blocks\.(\d+)\.")
     kv = tuple(shapes[f"blocks.{i}.attn.wk.weight"][0] // head_dim for i in range(depth))
     hidden = shapes["blocks.0.ffn.w3.weight"][1]
-    tok_depth = _count(shapes, r"tokenizer\.blocks\.(\d+)\.")
+    tok_depth = count_blocks(shapes, r"tokenizer\.blocks\.(\d+)\.")
     name = A.name_for(c, depth, heads)
     return A.BackboneSpec(name, c, depth, heads, kv, hidden, tok_depth)
-
-
-def _count(shapes: Shapes, pattern: str) -> int:
-    rx = re.compile(pattern)
-    idx = {int(m.group(1)) for k in shapes if (m := rx.match(k))}
-    if idx and idx != set(range(len(idx))):
-        missing = sorted(set(range(max(idx) + 1)) - idx)
-        raise ValueError(f"blocks {missing} are missing")
-    return len(idx)
 
 
 def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int, int]]:
@@ -178,7 +169,7 @@ def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int,
             conv_kernel=1,
         )
         return spec, input_hw
-    n_up = _count(shapes, r"upsample_blocks\.(\d+)\.")
+    n_up = count_blocks(shapes, r"upsample_blocks\.(\d+)\.")
     up = tuple(shapes[f"upsample_blocks.{i}.0.weight"][0] // 4 for i in range(n_up))
     convs = _indexed(shapes, "conv_layers.")
     conv = tuple(s[0] for _, s in convs if len(s) == 4)

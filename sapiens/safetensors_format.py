@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -53,6 +55,17 @@ _LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19
 _SNIFF_BYTES = len(_LEGACY_TORCH_MAGIC)
 
 Shapes = dict[str, tuple[int, ...]]
+
+
+def count_blocks(shapes: Mapping[str, tuple[int, ...]], pattern: str) -> int:
+    """How many numbered blocks ``pattern`` (one group: the index) finds among the tensor
+    names; ValueError naming the missing ones when the numbering has holes."""
+    rx = re.compile(pattern)
+    idx = {int(m.group(1)) for k in shapes if (m := rx.match(k))}
+    if idx and idx != set(range(len(idx))):
+        missing = sorted(set(range(max(idx) + 1)) - idx)
+        raise ValueError(f"blocks {missing} are missing")
+    return len(idx)
 
 
 @dataclass(frozen=True)

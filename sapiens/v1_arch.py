@@ -20,6 +20,7 @@ from .arch import PATCH_SIZE, BackboneSpec, HeadSpec
 from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
 from .keypoints import KEYPOINT_NAMES as GOLIATH_KEYPOINT_NAMES
+from .safetensors_format import count_blocks
 from .seg_classes import V1_SEG_CLASSES
 
 FAMILY = "sapiens1"
@@ -265,7 +266,7 @@ def _v1_backbone(
     _, tokens, pc = _need(bb, "pos_embed", 3)
     if pc != c:
         raise ValueError(f"pos_embed width {pc} differs from the patch embedding's {c}")
-    depth = _count(bb, r"layers\.(\d+)\.")
+    depth = count_blocks(bb, r"layers\.(\d+)\.")
     if depth == 0:
         raise ValueError("no layers.N.* transformer blocks")
     qkv = _need(bb, "layers.0.attn.qkv.weight", 2)
@@ -322,15 +323,6 @@ def _pos_grid(tokens: int, *, square: bool, input_hw: tuple[int, int] | None) ->
     if side * side == tokens:
         return side, side
     raise ValueError(f"pos_embed has {tokens} positions: neither a 4:3 nor a square grid")
-
-
-def _count(shapes: Shapes, pattern: str) -> int:
-    rx = re.compile(pattern)
-    idx = {int(m.group(1)) for k in shapes if (m := rx.match(k))}
-    if idx and idx != set(range(len(idx))):
-        missing = sorted(set(range(max(idx) + 1)) - idx)
-        raise ValueError(f"blocks {missing} are missing")
-    return len(idx)
 
 
 def _indexed(shapes: Shapes, prefix: str) -> list[tuple[int, ...]]:
