@@ -1,47 +1,52 @@
-"""The pipeline's own cost per frame, with a stand-in model instead of the network:
-read EXR -> colour to model encoding -> plan and cut tiles -> (identity stand-in) -> blend
--> write the multi-part EXR and the frame's Zarr region.
+"""The pipeline's own cost per frame around the model: the worker's real stages with a stand-in
+network instead of Sapiens (``bench.standins.StandInNetwork``, whose own time is left out).
 
-Reports frames/s (wall) and core-seconds per frame for each stage (`time.process_time`, which
-counts every thread of this process). Target (issue 3): all passes of a 4096x2160 frame in
-under 0.3 core-seconds.
+    read             fetch, sha256 and decode the plate EXR
+    colour           OpenColorIO to the model's encoding
+    tiles, pre/post  upload, desqueeze, tiles, the predictor's pre- and post-processing
+                     (normalising, softmax...)                                  [device]
+    blend            feathered blending into the frame's accumulators           [device]
+    finish           normals, labels, Cryptomatte ranks, half, previews         [device]
+    albedo colour    albedo back to scene-linear (OpenColorIO, CPU only)
+    exr              the multi-part EXR (ZIP, OpenEXR's thread pool)
+    zarr             the frame's Zarr region (Blosc lz4)
+    other            interleaving for Zarr, previews, frame record, bookkeeping
 
-    python -m bench.io                              # 1920x1080 and 4096x2160, 3 frames each
-    python -m bench.io --sizes 1920x1080 --frames 5 --passes normal,seg
+[device] stages run on the model's device: here the CPU, so they count; on a GPU worker they
+leave the host.
+
+Two runs per size: a staged one (one stage at a time, core-seconds per stage from
+``time.process_time``, which counts every thread of the process) and the worker itself
+(``process_chunk``: reader, device and writer stages overlapped) for wall frames/s.
+``--content realistic`` (default) gives outputs that look like real passes (smooth normals and
+depth inside a person-shaped region, a few body parts with soft edges, a soft alpha);
+``noise`` is independent random values per pixel, the worst case for every codec.
+``--codecs`` adds a table of every lossless EXR codec and ZIP's deflate levels on one frame's
+parts. Weights: none (stand-ins); speed does not depend on them.
+
+    python -m bench.io --sizes 4096x2160 --frames 3               # the README's figure
+    python -m bench.io --sizes 4096x2160 --frames 3 --content noise --codecs
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import io
 import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import OpenEXR
+import torch
 
-from bench.standins import IdentityModel
-from sapiens.seg_classes import SEG_CLASSES
-from storage.exr_writer import write_passes_exr
-from storage.plate_reader import read_plate_frame
-from storage.zarr_store import ShotStoreWriter, create_shot_store
-from tasks.blending import FrameBlender
-from tasks.colour import ColourConversion
-from tasks.tiling import extract_tiles, plan_frame
-
-CHANNELS = {"normal": 3, "albedo": 3, "pointmap": 3, "seg": len(SEG_CLASSES), "matte": None}
-
-
-def make_plate(path: Path, height: int, width: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    rgb = np.stack([x / width, y / height, 0.5 + 0.25 * np.sin(x / 50.0)], -1) * 0.8
-    rgb += rng.normal(0, 0.01, rgb.shape).astype(np.float32)
-    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    OpenEXR.File(header, {"RGB": rgb.astype(np.float16)}).write(str(path))
+DENSE = ("normal", "pointmap", "albedo", "matte", "seg")
 
 
 class Stages:
@@ -52,7 +57,7 @@ class Stages:
         self.sys: dict[str, float] = defaultdict(float)
 
     @contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str) -> Iterator[None]:
         start, sys_start = time.process_time(), os.times().system
         try:
             yield
@@ -60,101 +65,248 @@ class Stages:
             self.cpu[name] += time.process_time() - start
             self.sys[name] += os.times().system - sys_start
 
+    def timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self.stage(name):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+
+def write_plates(directory: Path, height: int, width: int, frames: int, content: str) -> str:
+    """A plate sequence (half RGB, ZIP) of the stand-in's person figure; its pattern."""
+    from bench.standins import person_plate
+
+    directory.mkdir(parents=True)
+    header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+    for index in range(frames):
+        rgb = person_plate(height, width, frame=index)
+        path = directory / f"plate.{1001 + index:04d}.exr"
+        OpenEXR.File(header, {"RGB": rgb.astype(np.float16)}).write(str(path))
+    return str(directory / "plate.####.exr")
+
+
+def _job(pattern: str, out: Path, frames: int, size: tuple[int, int], passes: list[str], **spec):
+    """A chunk job of every frame, its store created, with stand-in checkpoint facts."""
+    from schemas.spec import parse_spec
+    from storage.zarr_store import create_shot_store, shard_frames
+    from tasks.checkpoints import CheckpointRef
+    from tasks.chunk_worker import ChunkJob
+    from tasks.output_paths import ShotOutputPaths
+
+    width, height = size
+    numbers = tuple(range(1001, 1001 + frames))
+    shot = parse_spec(
+        {
+            "plate": pattern,
+            "show": "bench",
+            "sequence": "io",
+            "shot": f"sh{width}",
+            "colorspace": "lin_rec709",
+            "passes": ",".join(passes),
+            "output_root": str(out),
+            **spec,
+        }
+    )
+    paths = ShotOutputPaths.for_shot(str(out), "bench", "io", f"sh{width}", "v001")
+    people = shot.max_people
+    per_shard = shard_frames(height, width, shot.passes, people, shot.chunk_frames)  # as planned
+    create_shot_store(paths.zarr, numbers, height, width, shot.passes, people, {}, per_shard)
+    task_of = {"matte": "matting"}
+    refs = {
+        name: CheckpointRef(f"stand-in:{name}", "0" * 64, "stand-in", task_of.get(name, name),
+                            trained=False, size_bytes=0)
+        for name in passes
+    }  # fmt: skip
+    return ChunkJob(
+        index=0,
+        frames=numbers,
+        plate_uris=tuple(pattern.replace("####", f"{n:04d}") for n in numbers),
+        store_indices=tuple(range(frames)),
+        spec=shot.model_dump(mode="json"),
+        plate_colorspace="Linear Rec.709 (sRGB)",
+        checkpoints=refs,
+        paths=paths,
+        frame_hw=(height, width),
+    )
+
+
+def staged(job: Any, predictor: Any, stages: Stages) -> None:
+    """Each frame through the worker's stages one after another, timed per stage."""
+    import storage.zarr_store as zarr_store
+    import tasks.blending as blending
+    import tasks.frame_inference as inference_module
+    import tasks.frame_writing as writing_module
+    from sapiens.seg_classes import SEG_CLASSES
+    from schemas.spec import ShotSpec
+    from schemas.summaries import ChunkContext, FrameSummary
+    from tasks.chunk_worker import size_encoder_threads
+    from tasks.colour import ColourConversion
+    from tasks.frame_inference import FrameInference
+    from tasks.frame_reading import FrameReader
+    from tasks.frame_writing import FrameWriter
+
+    size_encoder_threads()
+    spec = ShotSpec.model_validate(job.spec)
+    colour = ColourConversion(job.plate_colorspace)
+    reader = FrameReader(spec, colour, job.frame_hw, ["0" * 64])
+    inference = FrameInference(spec, predictor, SEG_CLASSES)
+    store = zarr_store.ShotStoreWriter(job.paths.zarr)
+    context = ChunkContext("bench", {}, {}, {}, {})
+    writer = FrameWriter(
+        spec, job.paths, store, colour, context, {"svfx/bench": "io"}, SEG_CLASSES,
+        store_index=dict(zip(job.frames, job.store_indices, strict=True)),
+    )  # fmt: skip
+    patches = [
+        (blending.FrameBlender, "add", "blend"),
+        (inference_module, "finish_pass", "finish"),
+        (writing_module, "write_passes_exr", "exr"),
+        (colour, "albedo_to_scene_linear", "albedo colour"),
+        (store, "write_prepared", "zarr"),
+        (store, "prepare_frame", "zarr"),
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, label in patches:
+            setattr(owner, name, stages.timed(label, getattr(owner, name)))
+        for number, uri in zip(job.frames, job.plate_uris, strict=True):
+            summary = FrameSummary(number, uri, "done")
+            started = time.process_time()
+            read = reader.read(number, uri, summary)
+            spent = time.process_time() - started
+            wall = summary.timings["read"] + summary.timings["colour"]
+            stages.cpu["read"] += spent * summary.timings["read"] / wall
+            stages.cpu["colour"] += spent * summary.timings["colour"] / wall
+            model_before = _stand_in_seconds(predictor)
+            with stages.stage("tiles, pre/post"):
+                (frame,) = inference.run([read])
+                frame.arrays.wait()
+            stages.cpu["tiles, pre/post"] -= _stand_in_seconds(predictor) - model_before
+            with stages.stage("other"):
+                result = writer.write(frame)
+            if result.status != "done":
+                raise RuntimeError(result.error)
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+        store.close()
+    _nest(stages, "tiles, pre/post", ("blend", "finish"))
+    _nest(stages, "exr", ("albedo colour",))
+    _nest(stages, "other", ("exr", "albedo colour", "zarr"))
+
+
+def _stand_in_seconds(predictor: Any) -> float:
+    return sum(getattr(m, "cpu_seconds", 0.0) for m in predictor.models.values())
+
+
+def _nest(stages: Stages, outer: str, inner: tuple[str, ...]) -> None:
+    """Take the ``inner`` stages, timed inside ``outer``, out of it: every stage then counts
+    once and they add up to the whole."""
+    for name in inner:
+        stages.cpu[outer] -= stages.cpu.get(name, 0.0)
+        stages.sys[outer] -= stages.sys.get(name, 0.0)
+
 
 def run(
-    height: int,
-    width: int,
-    frames: int,
-    passes: list[str],
-    root: Path,
-    frames_per_shard: int | None = None,
-) -> dict:
-    plates = root / f"plates_{width}x{height}"
-    plates.mkdir()
-    for i in range(frames):
-        make_plate(plates / f"plate.{1001 + i:04d}.exr", height, width, i)
-    out = root / f"out_{width}x{height}"
-    out.mkdir()
-    store = str(out / "shot.zarr")
-    frame_numbers = list(range(1001, 1001 + frames))
-    create_shot_store(
-        store,
-        frame_numbers,
-        height,
-        width,
-        passes,
-        1,
-        {"bench": "io"},
-        frames_per_shard=max(1, frames_per_shard or frames),
-    )
-    writer = ShotStoreWriter(store)
-    model = IdentityModel()
-    colour = ColourConversion("ACEScg")
+    height: int, width: int, frames: int, passes: list[str], root: Path, content: str, **spec
+) -> dict[str, Any]:
+    import sapiens
+    from bench.standins import stand_in_models
+    from tasks.chunk_worker import process_chunk
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    pattern = write_plates(root / f"plates_{width}x{height}", height, width, frames, content)
+    predictor = sapiens.Predictor(stand_in_models(passes, content), device="cpu")
     stages = Stages()
-    wall = time.perf_counter()
-    for index, number in enumerate(frame_numbers):
-        with stages.stage("read"):
-            frame = read_plate_frame(str(plates / f"plate.{number:04d}.exr"), number)
-        with stages.stage("colour"):
-            rgb = colour.to_model_encoding(frame.pixels[..., :3])
-        results: dict[str, np.ndarray] = {}
-        for name in passes:
-            with stages.stage("tile"):
-                plan = plan_frame(height, width, name)
-                tiles = extract_tiles(rgb, plan)
-            predicted = model.predict(tiles, [name])[name]  # stand-in: not the pipeline's cost
-            with stages.stage("blend"):
-                blender = FrameBlender.for_plan(plan, CHANNELS[name])
-                for tile, values in zip(plan.tiles, predicted, strict=True):
-                    blender.add(tile, values)
-                results[name] = blender.result()
-        with stages.stage("write exr"):
-            write_passes_exr(
-                str(out / f"passes.{number:04d}.exr"),
-                frame,
-                results,
-                {"sapiens2/weights": "stand-in (identity)"},
-                class_names=SEG_CLASSES,
-            )
-        with stages.stage("write zarr"):
-            writer.write_frame(index, results)
-    wall = time.perf_counter() - wall
+    job = _job(pattern, root / "staged", frames, (width, height), passes, **spec)
+    staged(job, predictor, stages)
     per_frame = {k: v / frames for k, v in stages.cpu.items()}
+    job = _job(pattern, root / "overlapped", frames, (width, height), passes, **spec)
+    wall = time.perf_counter()
+    before = _stand_in_seconds(predictor)
+    summary = process_chunk(job, predictor=predictor)
+    wall = time.perf_counter() - wall
+    failed = [f.error for f in summary.frames if f.status != "done"]
+    if failed:
+        raise RuntimeError(f"frames failed: {failed}")
+    exr_sizes = [Path(job.paths.exr(n)).stat().st_size for n in job.frames]
     return {
         "size": f"{width}x{height}",
         "frames_per_s": frames / wall,
+        "stand_in_s_per_frame": (_stand_in_seconds(predictor) - before) / frames,
         "core_s_per_frame": sum(per_frame.values()),
         "stages": per_frame,
         "sys_stages": {k: v / frames for k, v in stages.sys.items()},
+        "exr_mb": sum(exr_sizes) / len(exr_sizes) / 1e6,
+        "parts": job,
     }
+
+
+def codec_table(job: Any) -> list[tuple[str, str, float, float]]:
+    """Every lossless codec (and ZIP per deflate level) on one written frame's parts:
+    (codec, level, core-s, MB)."""
+    exr = OpenEXR.File(job.paths.exr(job.frames[0]), separate_channels=True)
+    parts = [(part.name(), dict(part.header), dict(part.channels)) for part in exr.parts]
+    core = ctypes.CDLL(OpenEXR.__file__)  # the binding carries OpenEXRCore's C API
+    codecs = [("NONE", OpenEXR.NO_COMPRESSION), ("RLE", OpenEXR.RLE_COMPRESSION)]
+    codecs += [("ZIPS", OpenEXR.ZIPS_COMPRESSION), ("ZIP", OpenEXR.ZIP_COMPRESSION)]
+    codecs += [("PIZ", OpenEXR.PIZ_COMPRESSION), ("ZSTD", OpenEXR.ZSTD_COMPRESSION)]
+    rows = []
+    for name, codec in codecs:
+        levels = (1, 4, 6, 9) if name in ("ZIP", "ZIPS") else (None,)
+        for level in levels:
+            if level is not None:
+                core.exr_set_default_zip_compression_level(ctypes.c_int(level))
+            out_parts = []
+            for part_name, header, channels in parts:
+                header = {**header, "compression": codec}
+                for key in ("chunkCount", "name"):
+                    header.pop(key, None)
+                pixels = {key: c.pixels for key, c in channels.items()}
+                out_parts.append(OpenEXR.Part(header, pixels, part_name))
+            buffer = io.BytesIO()
+            started = time.process_time()
+            OpenEXR.File(out_parts).write(buffer)
+            seconds = time.process_time() - started
+            rows.append((name, "" if level is None else str(level), seconds, buffer.tell() / 1e6))
+    core.exr_set_default_zip_compression_level(ctypes.c_int(4))  # OpenEXR's default
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="1920x1080,4096x2160", help="comma-separated WxH")
     p.add_argument("--frames", type=int, default=3)
-    p.add_argument("--passes", default="normal,pointmap,albedo,matte,seg")
-    p.add_argument(
-        "--frames-per-shard",
-        type=int,
-        default=None,
-        help="Zarr shard length (default: all frames in one shard). Each frame written into\n"
-        "a shard rewrites the shard so far, so later frames of a long shard cost more.",
-    )
+    p.add_argument("--passes", default=",".join(DENSE))
+    p.add_argument("--content", choices=("realistic", "noise"), default="realistic")
+    p.add_argument("--previews", action="store_true", help="write the previews too")
+    p.add_argument("--codecs", action="store_true", help="the EXR codec and zip-level table")
     args = p.parse_args(argv)
     passes = [s.strip() for s in args.passes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):
             w, h = (int(v) for v in size.lower().split("x"))
-            r = run(h, w, args.frames, passes, Path(tmp), args.frames_per_shard)
+            r = run(h, w, args.frames, passes, Path(tmp) / size, args.content,
+                    previews=args.previews, review_clips=False)  # fmt: skip
             stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
             print(
-                f"{r['size']:>10}: {r['frames_per_s']:.2f} frames/s, "
-                f"{r['core_s_per_frame']:.2f} core-s/frame ({stages}); passes: {args.passes}",
+                f"{r['size']:>10}: {r['core_s_per_frame']:.2f} core-s/frame ({stages}); "
+                f"{r['frames_per_s']:.3f} frames/s wall with {os.cpu_count()} cores, "
+                f"overlapped; EXR {r['exr_mb']:.1f} MB; {args.content} content; "
+                f"passes: {args.passes}",
                 flush=True,
             )
             kernel = ", ".join(f"{k} {v:.2f}" for k, v in r["sys_stages"].items())
             print(f"{'':>12}of which in the kernel (page faults, file I/O): {kernel}", flush=True)
+            print(
+                f"{'':>12}(the stand-in network's own {r['stand_in_s_per_frame']:.2f} s/frame "
+                "is left out; device stages run on this CPU)",
+                flush=True,
+            )
+            if args.codecs:
+                print(f"{'':>12}codec  level  core-s  MB   (one frame's parts, {args.content})")
+                for codec, level, seconds, mb in codec_table(r["parts"]):
+                    print(f"{'':>12}{codec:<6} {level:>5}  {seconds:6.2f}  {mb:6.1f}")
 
 
 if __name__ == "__main__":

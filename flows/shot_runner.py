@@ -65,6 +65,8 @@ class ShotResult:
     model_s: float = 0.0
     chunk_wall_s: float = 0.0
     peak_worker_rss_mb: float = 0.0
+    # per worker (host:pid): [chunk wall s, model s], for the model's share of each one's time
+    worker_time: dict[str, list[float]] = field(default_factory=dict)
     chunks: int = 0
     flagged: dict[str, list[int]] = field(default_factory=dict)  # temporal QC, per pass
     error: str = ""  # why the run stopped before the end (the catalog away, ...)
@@ -434,6 +436,10 @@ def _count(summary: ChunkSummary, result: ShotResult) -> None:
     result.model_s += summary.model_s
     result.chunk_wall_s += summary.wall_s
     result.peak_worker_rss_mb = max(result.peak_worker_rss_mb, summary.peak_rss_mb)
+    if summary.chunk_index >= 0:
+        spent = result.worker_time.setdefault(summary.worker, [0.0, 0.0])
+        spent[0] += summary.wall_s
+        spent[1] += summary.model_s
     for frame in summary.frames:
         if frame.status == "done":
             result.done.append(frame.frame)

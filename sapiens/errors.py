@@ -38,3 +38,8 @@ class NotSafetensors(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class DeviceMemoryError(RuntimeError):
+    """The model did not fit in the device's memory even one input at a time; the message
+    names the pass and the input size (a frame's problem: the worker goes on)."""

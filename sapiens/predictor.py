@@ -1,10 +1,12 @@
 """A batched multi-task predictor: several task models (one per pass, since the released
 checkpoints each carry their own backbone), a batch of RGB tiles in, every requested pass out.
 
-Input: float RGB in [0, 1] in the model's encoding, (B, H, W, 3), any H and W. Each pass is
-prepared as upstream prepares it (letterbox for normal/pointmap/albedo, stretch for
-segmentation and matting), run in sub-batches of `batch_size`, post-processed on the device
-and brought back to the input size. Outputs are float32 numpy, channels last:
+Input: float RGB in [0, 1] in the model's encoding, any H and W. Each pass is prepared as
+upstream prepares it (letterbox for normal/pointmap/albedo, stretch for segmentation and
+matting), run in sub-batches of `batch_size` (halved when the device runs out of memory),
+post-processed on the device and brought back to the input size. `predict_batch` keeps
+everything on the device, channels first (what the platform's workers use); `predict` takes
+and returns numpy, channels last:
 
   normal   (B, H, W, 3)  unit vectors, camera space (OpenCV axes: +x right, +y down, +z fwd)
   albedo   (B, H, W, 3)  in [0, 1], model encoding (convert back to scene-linear downstream)
@@ -13,11 +15,14 @@ and brought back to the input size. Outputs are float32 numpy, channels last:
   matte    (B, H, W)     alpha in [0, 1]; plus `matte_fg` (B, H, W, 3) when the head has it
   features (B, C, h, w)  backbone feature map (pretrain backbones, incl. the 4K variant)
 
+`timer` measures the time spent inside the networks (on a GPU without waiting for it).
+
 Pose is top-down on person crops: `predict_pose(image, boxes)`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -25,6 +30,8 @@ import torch
 from torch import Tensor, nn
 
 from . import postprocess as post
+from .device_timer import DeviceTimer
+from .errors import DeviceMemoryError
 from .info import ModelInfo
 from .model import model_info
 from .pose import PoseResult, estimate_pose
@@ -41,6 +48,7 @@ PASS_TASKS = {
     "features": None,
 }
 LETTERBOXED = {"normal", "albedo", "pointmap"}
+log = logging.getLogger(__name__)
 
 
 class Predictor:
@@ -80,6 +88,8 @@ class Predictor:
                 compile_model(model)
             self.models[name] = model
             self.infos[name] = info
+        self.timer = DeviceTimer(self.device)
+        self._fitting: dict[tuple[str, int, int], int] = {}  # sub-batch size that fitted
 
     @property
     def passes(self) -> tuple[str, ...]:
@@ -88,6 +98,9 @@ class Predictor:
     def predict(
         self, images: np.ndarray | Tensor, passes: Iterable[str] | None = None
     ) -> dict[str, np.ndarray]:
+        """Every requested pass of (B, H, W, 3) RGB images, as float32 numpy, channels last
+        (matte (B, H, W)): a convenience over ``predict_batch`` for callers that want arrays
+        on the host. The platform's workers stay on the device with ``predict_batch``."""
         wanted = [p for p in (passes or self.passes) if p != "pose"]
         missing = [p for p in wanted if p not in self.models]
         if missing:
@@ -95,61 +108,117 @@ class Predictor:
         x = to_batch(images, self.device)
         if not bool(torch.isfinite(x).all()):
             raise ValueError("input tiles contain NaN or Inf values")
-        out: dict[str, list[np.ndarray]] = {}
+        out: dict[str, np.ndarray] = {}
         for name in wanted:
-            for start in range(0, x.shape[0], self.batch_size):
-                chunk = self._run(name, x[start : start + self.batch_size])
-                for key, value in chunk.items():
-                    out.setdefault(key, []).append(value)
-        return {k: np.concatenate(v) for k, v in out.items()}
+            for key, value in self.predict_batch(x, name).items():
+                out[key] = _host(key, value)
+        return out
+
+    def predict_batch(self, x01: Tensor, name: str) -> dict[str, Tensor]:
+        """One pass of a (B, 3, H, W) batch of RGB in [0, 1] on this predictor's device; the
+        outputs stay there, float32, channels first, at the input size:
+
+          normal   (B, 3, H, W)  unit vectors, camera space
+          albedo   (B, 3, H, W)  in [0, 1], model encoding
+          pointmap (B, 3, H, W)  metric XYZ; plus `focal` (B,) in input pixels and
+                                 `pointmap_scale` (B,)
+          seg      (B, C, H, W)  softmax probabilities
+          matte    (B, 1, H, W)  alpha; plus `matte_fg` (B, 3, H, W) when the head has it
+          features (B, C, h, w)  backbone feature map
+
+        The batch runs in sub-batches of `batch_size`. A sub-batch the device has no memory
+        for is halved and retried, down to one input; the size that fitted is kept for later
+        batches of the same pass and input size. One input that does not fit raises
+        DeviceMemoryError naming the pass and the size.
+        """
+        if name not in self.models:
+            raise ValueError(f"no model loaded for {name!r}; loaded: {list(self.models)}")
+        shape = (name, *x01.shape[-2:])
+        size = min(self._fitting.get(shape, self.batch_size), self.batch_size)
+        parts: dict[str, list[Tensor]] = {}
+        start = 0
+        while start < x01.shape[0]:
+            try:
+                chunk = self._run(name, x01[start : start + size])
+            except torch.OutOfMemoryError as exc:
+                release_cached_memory(self.device)
+                if size == 1:
+                    h, w = x01.shape[-2:]
+                    raise DeviceMemoryError(
+                        f"the {name} model ran out of {self.device.type} memory on one "
+                        f"{w}x{h} input (w x h): {str(exc).splitlines()[0]}"
+                    ) from exc
+                size = max(1, size // 2)
+                self._fitting[shape] = size
+                log.warning(
+                    "the %s model ran out of device memory; retrying %dx%d inputs %d at a time",
+                    name, x01.shape[-1], x01.shape[-2], size,
+                )  # fmt: skip
+                continue
+            for key, value in chunk.items():
+                parts.setdefault(key, []).append(value)
+            start += size
+        return {k: v[0] if len(v) == 1 else torch.cat(v) for k, v in parts.items()}
 
     @torch.inference_mode()
-    def _run(self, name: str, x01: Tensor) -> dict[str, np.ndarray]:
+    def _run(self, name: str, x01: Tensor) -> dict[str, Tensor]:
         model, info = self.models[name], self.infos[name]
         if name == "features":
             padded, _ = pad_to_multiple(x01, info.backbone.input_multiple)
-            return {"features": _np(model(normalize(padded).to(self.dtype)), channels_last=False)}
+            with self.timer.measure():
+                return {"features": model(normalize(padded).to(self.dtype)).float()}
         # v1 resizes every dense input plainly to 1024x768 (reference §3), Sapiens2 letterboxes.
         boxed = name in LETTERBOXED and info.family == "sapiens2"
         prepare = letterbox if boxed else stretch
         canvas, geom = prepare(x01, info.input_hw)
         canvas, (pb, pr) = pad_to_multiple(canvas, info.backbone.input_multiple)
         geom = geom.padded(pb, pr)  # `restore` then drops this padding too
-        raw = model(normalize(canvas).to(self.dtype))
+        with self.timer.measure():
+            raw = model(normalize(canvas).to(self.dtype))
         if name == "normal":
-            return {"normal": _np(post.unit_normals(restore(post.unit_normals(raw.float()), geom)))}
+            return {"normal": post.unit_normals(restore(post.unit_normals(raw.float()), geom))}
         if name == "albedo":
-            return {"albedo": _np(restore(post.albedo_rgb(raw), geom))}
+            return {"albedo": restore(post.albedo_rgb(raw), geom)}
         if name == "seg":
-            return {"seg": _np(post.seg_probabilities(restore(raw.float(), geom)))}
+            return {"seg": post.seg_probabilities(restore(raw.float(), geom))}
         if name == "matte":
             alpha, fg = post.split_matte(raw)
-            result = {"matte": _np(restore(alpha, geom))[..., 0]}
+            result = {"matte": restore(alpha, geom)}
             if fg is not None:
-                result["matte_fg"] = _np(restore(fg, geom))
+                result["matte_fg"] = restore(fg, geom)
             return result
         if name == "pointmap":
             points, scale = raw
             metric, focal_canvas = post.metric_points(points, scale)
             return {
-                "pointmap": _np(restore(metric, geom)),
-                "focal": (focal_canvas / geom.scale_x).cpu().numpy().astype(np.float32),
-                "pointmap_scale": scale.reshape(-1).float().cpu().numpy(),
+                "pointmap": restore(metric, geom),
+                "focal": (focal_canvas / geom.scale_x).float(),
+                "pointmap_scale": scale.reshape(-1).float(),
             }
         raise ValueError(f"pass {name!r} has no dense output (pose: use predict_pose)")
 
     def predict_pose(
-        self, image: np.ndarray | Tensor, boxes_xyxy, *, flip_test: bool = True
+        self,
+        image: np.ndarray | Tensor,
+        boxes_xyxy,
+        *,
+        flip_test: bool = True,
+        channels_first: bool = False,
     ) -> PoseResult:
         """K keypoints per boxed person (308; v1: 17, 133 or 308), in plate pixels (top-down,
-        UDP crop, flip test)."""
+        UDP crop, flip test). ``image`` is (H, W, 3) RGB in [0, 1], or with
+        ``channels_first`` a (3, H, W) tensor (on the device: no copy)."""
         if "pose" not in self.models:
             raise ValueError("no pose model loaded")
         model, info = self.models["pose"], self.infos["pose"]
-        img = to_batch(image, self.device)[0]
+        if channels_first:
+            img = torch.as_tensor(image).to(device=self.device, dtype=torch.float32)
+        else:
+            img = to_batch(image, self.device)[0]
 
         def run(crops: Tensor) -> Tensor:
-            return model(normalize(crops).to(self.dtype)).float()
+            with self.timer.measure():
+                return model(normalize(crops).to(self.dtype)).float()
 
         return estimate_pose(
             run,
@@ -162,8 +231,17 @@ class Predictor:
         )
 
 
-def _np(t: Tensor, channels_last: bool = True) -> np.ndarray:
-    t = t.float()
-    if channels_last:
-        t = t.permute(0, 2, 3, 1)
-    return t.contiguous().cpu().numpy()
+def _host(key: str, value: Tensor) -> np.ndarray:
+    """A pass on the host as ``predict`` gives it: channels last, matte (B, H, W)."""
+    if value.ndim == 4 and key != "features":
+        value = value.permute(0, 2, 3, 1)
+        if key == "matte":
+            value = value[..., 0]
+    return value.float().contiguous().cpu().numpy()
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Give the allocator's cached blocks back after an out-of-memory error, so the retry
+    starts from what is really in use."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -80,7 +80,13 @@ _NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120
 DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
 CAMERA_AXES_KEY = "sapiens2/cameraAxes"
 CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on the seg part: seg.id -> name
-_LABEL_BLOCK_BYTES = 1 << 20
+_PART_CHANNELS: dict[str, tuple[str, ...]] = {
+    "N": ("N.x", "N.y", "N.z"),
+    "P": ("P.x", "P.y", "P.z", "depth.Z"),
+    "albedo": ("albedo.R", "albedo.G", "albedo.B"),
+    "matte": ("matte.A",),
+    "seg": ("seg.id",),
+}
 
 _PART_CONTENT = {
     "N": "camera-space unit normals",
@@ -129,38 +135,34 @@ _PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
 def write_passes_exr(
     uri: str,
     plate: Frame,
-    passes: Mapping[str, np.ndarray],
+    parts: Mapping[str, Mapping[str, np.ndarray]],
     provenance: Mapping[str, Any],
     *,
     class_names: Sequence[str] | None = None,
-    parts: Sequence[str] | None = None,
-    crypto_ranks: int = cryptomatte.DEFAULT_RANKS,
     albedo_interop_id: str = "lin_ap1_scene",
     storage_options: dict[str, Any] | None = None,
-    seg_labels: np.ndarray | None = None,
 ) -> WriteResult:
-    """Write one frame's passes as a multi-part EXR at `uri`, atomically (local or S3).
+    """Write one frame's parts as a multi-part EXR at `uri`, atomically (local or S3).
 
-    `plate` supplies the windows, pixel aspect and header attributes (its pixels are not
-    used); every pass array must cover the plate's data window. `passes` holds any of
-    `normal` (H,W,3), `pointmap` (H,W,3), `albedo` (H,W,3), `matte` (H,W) and `seg` (H,W,C)
-    class probabilities. `parts` picks parts from PART_ORDER (default: every part whose pass
-    is present). `class_names[c]` names class `c` (needed for the seg parts). `provenance`
-    becomes string attributes on every part; `sapiens2/cameraAxes` defaults to
-    DEFAULT_CAMERA_AXES. `seg_labels` (H,W), the argmax of `seg` when the caller has it
-    already (the Zarr store and previews need it too), saves computing it again. Raises
-    FrameError naming the file and frame on bad input.
+    `parts` maps part names of PART_ORDER to their channels, already in the part's pixel
+    type (PART_DTYPES) and covering the plate's data window: a plane (H, W) per channel name
+    (`N.x`, ...), or, where the channels are a layer's R, G, B, one (H, W, 3) array under the
+    layer's name (`albedo`), which OpenEXR writes from its strides as it is. Parts are
+    written in PART_ORDER whatever the mapping's order. Making those arrays is per-pixel
+    work done on the model's device (`tasks.frame_passes`); this module only checks and
+    encodes them. `plate` supplies the windows, pixel aspect and header attributes (its
+    pixels are not used). `class_names[c]` names class `c` (needed for the seg and
+    CryptoBodyPart parts). `provenance` becomes string attributes on every part;
+    `sapiens2/cameraAxes` defaults to DEFAULT_CAMERA_AXES. Raises FrameError naming the
+    file and frame on bad input.
     """
     exr = _build_file(
         plate,
-        passes,
+        parts,
         provenance,
         class_names=class_names,
-        parts=parts,
-        crypto_ranks=crypto_ranks,
         albedo_interop_id=albedo_interop_id,
         uri=uri,
-        seg_labels=seg_labels,
     )
     # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
     writer = atomic_open(uri, storage_options)
@@ -179,23 +181,25 @@ def _encode(exr: OpenEXR.File, target: Any, uri: str, frame: int | None) -> None
 
 def _build_file(
     plate: Frame,
-    passes: Mapping[str, np.ndarray],
+    parts: Mapping[str, Mapping[str, np.ndarray]],
     provenance: Mapping[str, Any],
     *,
     class_names: Sequence[str] | None,
-    parts: Sequence[str] | None,
-    crypto_ranks: int,
     albedo_interop_id: str,
     uri: str,
-    seg_labels: np.ndarray | None = None,
 ) -> OpenEXR.File:
-    """The parts of the file, checked and converted, ready to encode."""
+    """The parts of the file, checked, ready to encode."""
 
     def fail(reason: str) -> FrameError:
         return FrameError(uri, plate.frame, reason)
 
-    chosen = _choose_parts(passes, parts, fail)
-    height, width = _window_size(plate.data_window)
+    unknown = [part for part in parts if part not in PART_DTYPES]
+    if unknown:
+        raise fail(f"unknown EXR parts {unknown}; known parts are {list(PART_ORDER)}")
+    chosen = [part for part in PART_ORDER if part in parts]
+    if not chosen:
+        raise fail(f"no part to write; give any of {list(PART_ORDER)}")
+    size = _window_size(plate.data_window)
     base = _base_header(plate, provenance, fail)
     if (CRYPTO_LAYER in chosen or "seg" in chosen) and not class_names:
         raise fail("class_names are required to write the seg and CryptoBodyPart parts")
@@ -208,11 +212,8 @@ def _build_file(
 
     exr_parts = []
     for part in chosen:
-        source = np.asarray(passes[PASS_OF_PART[part]])
         try:
-            channels = _part_channels(
-                part, source, (height, width), class_names, crypto_ranks, seg_labels
-            )
+            channels = _checked_channels(part, parts[part], size)
         except ValueError as exc:
             raise fail(f"part {part!r}: {exc}") from exc
         header = dict(base)
@@ -224,23 +225,45 @@ def _build_file(
     return OpenEXR.File(exr_parts)
 
 
-def _choose_parts(
-    passes: Mapping[str, np.ndarray], parts: Sequence[str] | None, fail: Any
-) -> list[str]:
-    if parts is None:
-        chosen = [part for part in PART_ORDER if PASS_OF_PART[part] in passes]
-    else:
-        unknown = [part for part in parts if part not in PASS_OF_PART]
-        if unknown:
-            raise fail(f"unknown EXR parts {unknown}; known parts are {list(PART_ORDER)}")
-        chosen = [part for part in PART_ORDER if part in parts]
-        missing = [part for part in chosen if PASS_OF_PART[part] not in passes]
-        if missing:
-            needed = sorted({PASS_OF_PART[part] for part in missing})
-            raise fail(f"parts {missing} were asked for but passes {needed} were not given")
-    if not chosen:
-        raise fail(f"no pass to write; give any of {sorted(set(PASS_OF_PART.values()))}")
-    return chosen
+def part_channels(part: str, crypto_ranks: int = cryptomatte.DEFAULT_RANKS) -> list[str]:
+    """The channel names of a part, in the order the device makes its planes."""
+    if part == CRYPTO_LAYER:
+        return cryptomatte.channel_names(CRYPTO_LAYER, crypto_ranks)
+    return list(_PART_CHANNELS[part])
+
+
+def _checked_channels(
+    part: str, given: Mapping[str, np.ndarray], size: tuple[int, int]
+) -> dict[str, np.ndarray]:
+    """The part's channels as OpenEXR takes them: every expected channel present once, in
+    the part's pixel type, of the data window's size, C-contiguous (the binding ignores
+    numpy strides for planes: a strided view is written wrong)."""
+    dtype = np.dtype(PART_DTYPES[part])
+    names: list[str] = []
+    channels: dict[str, np.ndarray] = {}
+    for key, array in given.items():
+        values = np.asarray(array)
+        if values.ndim == 3 and values.shape[-1] == 3:
+            names.extend(f"{key}.{c}" for c in "RGB")
+            want: tuple[int, ...] = (*size, 3)
+        else:
+            names.append(key)
+            want = size
+        if values.shape != want:
+            raise ValueError(
+                f"{key} has shape {values.shape}, expected {want} (the plate's data window)"
+            )
+        if values.dtype != dtype:
+            raise ValueError(f"{key} is {values.dtype}, the part's pixel type is {dtype}")
+        channels[key] = np.ascontiguousarray(values)
+    expected = (
+        cryptomatte.channel_names(CRYPTO_LAYER, 2 * (len(names) // 4))
+        if part == CRYPTO_LAYER and names and len(names) % 4 == 0
+        else part_channels(part)
+    )
+    if sorted(names) != sorted(expected):
+        raise ValueError(f"channels {sorted(names)} given, expected {expected}")
+    return channels
 
 
 def _window_size(window: Box) -> tuple[int, int]:
@@ -413,65 +436,3 @@ def _unpack_smpte(packed: int) -> tuple[int, ...]:
         (packed >> 30) & 1,
         (packed >> 31) & 1,
     )
-
-
-def _part_channels(
-    part: str,
-    source: np.ndarray,
-    size: tuple[int, int],
-    class_names: Sequence[str] | None,
-    crypto_ranks: int,
-    seg_labels: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    height, width = size
-
-    def checked(*trailing: int) -> np.ndarray:
-        want = (height, width, *trailing)
-        if source.shape != want:
-            raise ValueError(f"expected shape {want} (the plate's data window), got {source.shape}")
-        return source
-
-    if part == "N":
-        normal = checked(3)
-        dtype = PART_DTYPES["N"]
-        return {f"N.{axis}": _plane(normal[..., i], dtype) for i, axis in enumerate("xyz")}
-    if part == "P":
-        points = checked(3)
-        dtype = PART_DTYPES["P"]
-        channels = {f"P.{axis}": _plane(points[..., i], dtype) for i, axis in enumerate("xyz")}
-        channels["depth.Z"] = channels["P.z"]  # the same values: one plane serves both
-        return channels
-    if part == "albedo":
-        albedo = checked(3)
-        dtype = PART_DTYPES["albedo"]
-        return {f"albedo.{c}": _plane(albedo[..., i], dtype) for i, c in enumerate("RGB")}
-    if part == "matte":
-        return {"matte.A": _plane(checked(), PART_DTYPES["matte"])}
-    assert class_names is not None
-    probabilities = checked(len(class_names))
-    if part == "seg":
-        if seg_labels is None:
-            return {"seg.id": class_labels(probabilities, PART_DTYPES["seg"])}
-        if seg_labels.shape != (height, width):
-            raise ValueError(f"seg labels are {seg_labels.shape}, expected {(height, width)}")
-        return {"seg.id": np.ascontiguousarray(seg_labels, PART_DTYPES["seg"])}
-    return cryptomatte.rank_channels(probabilities, class_names, CRYPTO_LAYER, crypto_ranks)
-
-
-def _plane(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
-    return np.ascontiguousarray(values, dtype=dtype)
-
-
-def class_labels(probabilities: np.ndarray, dtype: Any = np.uint32) -> np.ndarray:
-    """argmax over the last axis of (H, W, C) class probabilities, as `dtype` (H, W).
-
-    A band of rows at a time, so the index temporaries stay small and in cache instead of a
-    frame of int64 that is then converted.
-    """
-    height, width = probabilities.shape[:2]
-    labels = np.empty((height, width), dtype=dtype)
-    rows = max(1, _LABEL_BLOCK_BYTES // max(1, probabilities[:1].nbytes))
-    for top in range(0, height, rows):
-        block = slice(top, top + rows)
-        labels[block] = np.argmax(probabilities[block], axis=-1)
-    return labels

@@ -56,10 +56,10 @@ def albedo_rgb(albedo: np.ndarray) -> np.ndarray:
 
 
 def seg_rgb(seg: np.ndarray, palette: Sequence[Sequence[int]]) -> np.ndarray:
-    """Class labels (H, W) or class probabilities (H, W, C) coloured by `palette[class]`."""
+    """Class labels (H, W) coloured by `palette[class]`."""
     labels = np.asarray(seg)
-    if labels.ndim == 3:
-        labels = np.argmax(labels, axis=-1)
+    if labels.ndim != 2:
+        raise ValueError(f"seg previews take class labels (H, W), got shape {labels.shape}")
     colours = np.asarray(palette, dtype=np.uint8).reshape(-1, 3)
     if labels.size and int(labels.max()) >= len(colours):
         raise ValueError(f"class {int(labels.max())} has no palette colour ({len(colours)} given)")
@@ -166,15 +166,22 @@ def pose_preview(
     min_score: float = 0.3,
     max_side: int = MAX_SIDE,
     pixel_aspect: float = 1.0,
+    frame_size: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """The plate thumbnail with each person's skeleton drawn over it.
 
     `skeleton` holds keypoint index pairs; `link_colours` is one RGB per link or a single
     RGB; keypoints whose score is below `min_score` (and links touching them) are skipped.
+    Keypoints are in plate pixels. With `frame_size` (the plate's width, height), `plate` is
+    already the thumbnail (made on the model's device) and is drawn on as it is.
     """
     base = plate_rgb(plate)
-    height, width = base.shape[:2]
-    image = Image.fromarray(thumbnail(base, max_side, pixel_aspect))
+    if frame_size is None:
+        height, width = base.shape[:2]
+        image = Image.fromarray(thumbnail(base, max_side, pixel_aspect))
+    else:
+        width, height = frame_size
+        image = Image.fromarray(base)
     sx, sy = image.width / width, image.height / height
     draw = ImageDraw.Draw(image)
     line = max(1, round(max(image.size) / 256))

@@ -319,8 +319,6 @@ class ShotStoreWriter:
         if name == "pose" and not isinstance(value, np.ndarray):
             return _pose_block(value, self.max_people)
         block = np.asarray(value)
-        if name == "seg" and block.ndim == 3:
-            block = np.argmax(block, axis=-1)  # class probabilities -> labels
         if block.shape != shape:
             raise ValueError(f"expected shape {shape}, got {block.shape}")
         if name == "seg" and block.size and (block.min() < 0 or block.max() >= SEG_FILL):

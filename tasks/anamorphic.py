@@ -4,7 +4,8 @@ An anamorphic plate stores pixels that are ``pixel_aspect`` (PAR) times wider th
 model wants square pixels, so ``desqueeze`` resamples the width to round(W * PAR) (2.0 -> twice
 as wide) and every pass is planned, predicted and blended on that desqueezed frame.
 ``resqueeze`` resamples the outputs back to the plate's width, so they line up pixel for pixel
-with the plate, whose EXR header keeps its pixelAspectRatio.
+with the plate, whose EXR header keeps its pixelAspectRatio. Both run in torch on the model's
+device.
 
 Resampling runs along the width only: linear interpolation (pixel centres at j + 0.5, edges
 clamped) when enlarging, exact area averaging when shrinking (each output pixel is the mean of
@@ -29,6 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
+from torch import Tensor
 
 from tasks.normal_rotation import normalize_vectors
 
@@ -39,43 +42,43 @@ def desqueezed_width(width: int, pixel_aspect: float) -> int:
     return max(1, round(width * pixel_aspect))
 
 
-def desqueeze(pixels: np.ndarray, pixel_aspect: float) -> np.ndarray:
-    """Resample ``pixels`` (H, W[, C]) to square pixels: (H, round(W * PAR)[, C]), float32.
-
-    PAR 1.0 returns ``pixels`` itself.
-    """
+def desqueeze(pixels: Tensor, pixel_aspect: float) -> Tensor:
+    """Resample ``pixels`` (C, H, W), on any device, to square pixels: (C, H, round(W * PAR)),
+    float32. PAR 1.0 returns ``pixels`` itself."""
     _check_pixel_aspect(pixel_aspect)
     if pixel_aspect == 1.0:
         return pixels
-    return resample_width(pixels, desqueezed_width(pixels.shape[1], pixel_aspect))
+    return resample_width(pixels, desqueezed_width(pixels.shape[-1], pixel_aspect))
 
 
-def resqueeze(values: np.ndarray, width: int, *, unit_vectors: bool = False) -> np.ndarray:
-    """Resample model outputs (H, W'[, C]) back to the plate's ``width``, float32.
+def resqueeze(values: Tensor, width: int, *, unit_vectors: bool = False) -> Tensor:
+    """Resample model outputs (C, H, W') back to the plate's ``width``, float32.
 
-    ``unit_vectors=True`` (normals) re-normalises each vector afterwards. Same width returns
-    ``values`` itself.
+    ``unit_vectors=True`` (normals, C = 3) re-normalises each vector afterwards. Same width
+    returns ``values`` itself.
     """
-    if values.shape[1] == width:
+    if values.shape[-1] == width:
         return values
     resampled = resample_width(values, width)
     return normalize_vectors(resampled) if unit_vectors else resampled
 
 
-def resample_width(values: np.ndarray, width: int) -> np.ndarray:
-    """Resample (H, W[, C]) to (H, width[, C]) in float32: linear up, area average down."""
+def resample_width(values: Tensor, width: int) -> Tensor:
+    """Resample (..., W) to (..., width) in float32 on the values' device: linear up, area
+    average down. Each output pixel is its taps' weighted sum, added tap by tap."""
     if width < 1:
         raise ValueError(f"target width must be positive, got {width}")
-    source_width = values.shape[1]
+    source_width = values.shape[-1]
     if width > source_width:
         indices, weights = _linear_taps(source_width, width)
     else:
         indices, weights = _area_taps(source_width, width)
-    source = np.asarray(values, dtype=np.float32)
-    out = np.zeros((source.shape[0], width, *source.shape[2:]), dtype=np.float32)
-    trailing = (1,) * (source.ndim - 2)
+    source = values.to(torch.float32)
+    out = source.new_zeros((*source.shape[:-1], width))
+    taps = torch.from_numpy(np.ascontiguousarray(indices.T)).to(source.device)
+    tap_weights = torch.from_numpy(np.ascontiguousarray(weights.T)).to(source.device)
     for tap in range(indices.shape[1]):
-        out += source[:, indices[:, tap]] * weights[:, tap].reshape(width, *trailing)
+        out += torch.index_select(source, -1, taps[tap]) * tap_weights[tap]
     return out
 
 

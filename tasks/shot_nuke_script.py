@@ -28,8 +28,8 @@ Choices, and why:
   transform to rgba only; then albedo arrives as written, in its working space) are to check.
 - Paths are written as the output paths give them, local or ``s3://``; Nuke cannot read S3, so an
   S3 script says so on its Read backdrop (sync or mount the files, then repath).
-- Layers come from the EXR writer itself (`storage.exr_writer._part_channels` on a 1x1 frame),
-  so the script follows the file if a part's channels change.
+- Layers come from the EXR writer itself (`storage.exr_writer.part_channels`), so the script
+  follows the file if a part's channels change.
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-import numpy as np
-
-from storage.exr_writer import CRYPTO_LAYER, PART_ORDER, PASS_OF_PART, _part_channels
+from storage.exr_writer import CRYPTO_LAYER, PART_ORDER, PASS_OF_PART, part_channels
 from storage.nuke_script import (
     KnobValue,
     NukeNode,
@@ -420,10 +418,8 @@ def _y(node: NukeNode) -> int:
 
 @functools.cache
 def _part_layers(part: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(layer, Nuke channels) of an EXR part, asked of the writer with a 1x1 frame."""
-    shape = {"N": (1, 1, 3), "P": (1, 1, 3), "albedo": (1, 1, 3), "matte": (1, 1)}
-    source = np.zeros(shape.get(part, (1, 1, 1)), np.float32)
-    names = _part_channels(part, source, (1, 1), ("Background",), 1)
+    """(layer, Nuke channels) of an EXR part, asked of the writer (one Cryptomatte layer)."""
+    names = part_channels(part, crypto_ranks=1)
     layers: dict[str, list[str]] = {}
     for channel in names:
         layer, _, last = channel.rpartition(".")

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-import numpy as np
+import torch
+from torch import Tensor
 
 TILED_PASSES: tuple[str, ...] = ("normal", "albedo", "matte", "seg")
 WHOLE_FRAME_PASSES: tuple[str, ...] = ("pointmap",)
@@ -261,37 +262,37 @@ def _whole_frame_plan(
     )
 
 
-def extract_tiles(
-    image: np.ndarray, plan: FramePlan, indices: Sequence[int] | None = None
-) -> np.ndarray:
-    """Cut ``image`` (H, W, C) or (H, W) into the plan's tiles: (N, h, w, C) or (N, h, w).
+def extract_tiles(image: Tensor, plan: FramePlan, indices: Sequence[int] | None = None) -> Tensor:
+    """Cut ``image`` (C, H, W), on any device, into the plan's tiles: (N, C, h, w) there.
 
     ``indices`` picks some tiles (in that order), so a caller can cut a frame a batch at a time
-    instead of holding every tile at once. The result is a fresh contiguous array in the
+    instead of holding every tile at once. The result is a fresh contiguous tensor in the
     image's dtype; padded tiles are filled per ``plan.pad_mode``. A plan without tiles (pose)
-    gives an empty (0, 0, 0[, C]) array.
+    gives an empty (0, C, 0, 0) tensor.
     """
-    if image.shape[:2] != (plan.height, plan.width):
+    if tuple(image.shape[1:]) != (plan.height, plan.width):
         raise ValueError(
-            f"image is {image.shape[0]}x{image.shape[1]} (h x w) but the {plan.pass_name} "
+            f"image is {image.shape[1]}x{image.shape[2]} (h x w) but the {plan.pass_name} "
             f"plan is for {plan.height}x{plan.width}"
         )
     chosen = plan.tiles if indices is None else tuple(plan.tiles[i] for i in indices)
-    channels = image.shape[2:]
+    channels = image.shape[0]
     if not chosen:
-        return np.empty((0, 0, 0, *channels), dtype=image.dtype)
-    out = np.zeros((len(chosen), *plan.tile_shape, *channels), dtype=image.dtype)
+        return image.new_empty((0, channels, 0, 0))
+    out = image.new_zeros((len(chosen), channels, *plan.tile_shape))
     for slot, tile in zip(out, chosen, strict=True):
-        slot[tile.valid.slices] = image[tile.box.slices]
-        if plan.pad_mode == "edge" and tile.valid != Region(0, 0, *tile.shape):
-            _fill_edge(slot, tile.valid)
+        valid, box = tile.valid, tile.box
+        slot[:, valid.y0 : valid.y1, valid.x0 : valid.x1] = image[
+            :, box.y0 : box.y1, box.x0 : box.x1
+        ]
+        if plan.pad_mode == "edge" and valid != Region(0, 0, *tile.shape):
+            _fill_edge(slot, valid)
     return out
 
 
-def _fill_edge(slot: np.ndarray, valid: Region) -> None:
-    """Fill ``slot`` outside ``valid`` by repeating the nearest valid pixel, in place."""
-    pad_width = [
-        (valid.y0, slot.shape[0] - valid.y1),
-        (valid.x0, slot.shape[1] - valid.x1),
-    ] + [(0, 0)] * (slot.ndim - 2)
-    slot[...] = np.pad(slot[valid.slices], pad_width, mode="edge")
+def _fill_edge(slot: Tensor, valid: Region) -> None:
+    """Fill ``slot`` (C, h, w) outside ``valid`` by repeating the nearest valid pixel."""
+    height, width = slot.shape[1:]
+    rows = torch.arange(height, device=slot.device).clamp(valid.y0, valid.y1 - 1)
+    cols = torch.arange(width, device=slot.device).clamp(valid.x0, valid.x1 - 1)
+    slot[...] = slot[:, rows][:, :, cols]

@@ -19,6 +19,7 @@ from storage import cryptomatte
 from storage.errors import FrameError
 from storage.exr_writer import DEFAULT_CAMERA_AXES, PART_ORDER, write_passes_exr
 from storage.frame import Frame
+from tests.exr_parts import exr_parts
 from tests.test_cryptomatte import BODY_PARTS
 
 # Overscan: a 37x23 data window (odd size) around a 30x18 display window, anamorphic 2:1.
@@ -78,7 +79,14 @@ def passes() -> dict[str, np.ndarray]:
 
 
 def _write_all(path: Path, plate: Frame, passes: dict[str, np.ndarray], **kw: Any) -> Any:
-    return write_passes_exr(str(path), plate, passes, PROVENANCE, class_names=BODY_PARTS, **kw)
+    parts = exr_parts(passes, BODY_PARTS)
+    return write_passes_exr(str(path), plate, parts, PROVENANCE, class_names=BODY_PARTS, **kw)
+
+
+def _parts(passes: dict[str, np.ndarray], *names: str) -> dict[str, dict[str, np.ndarray]]:
+    """Only the parts named, of every pass given."""
+    every = exr_parts(passes, BODY_PARTS)
+    return {name: every[name] for name in names}
 
 
 def test_openexr_reads_every_part_as_specified(
@@ -148,7 +156,7 @@ def test_cryptomatte_ids_decode_to_class_names(
 ) -> None:
     path = tmp_path / "crypto.exr"
     write_passes_exr(
-        str(path), plate, passes, PROVENANCE, class_names=BODY_PARTS, parts=["CryptoBodyPart"]
+        str(path), plate, _parts(passes, "CryptoBodyPart"), PROVENANCE, class_names=BODY_PARTS
     )
     exr = OpenEXR.File(str(path), separate_channels=True)
     assert [part.name() for part in exr.parts] == ["CryptoBodyPart"]
@@ -213,14 +221,14 @@ def test_openimageio_reads_parts_windows_types_and_attributes(
         image.close()
 
 
-def test_only_the_parts_asked_for(
+def test_only_the_parts_given_in_their_order(
     tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
 ) -> None:
     path = tmp_path / "some.exr"
-    write_passes_exr(str(path), plate, {"normal": passes["normal"]}, PROVENANCE)
+    write_passes_exr(str(path), plate, _parts(passes, "N"), PROVENANCE)
     assert [p.name() for p in OpenEXR.File(str(path)).parts] == ["N"]
     write_passes_exr(
-        str(path), plate, passes, PROVENANCE, class_names=BODY_PARTS, parts=["seg", "P"]
+        str(path), plate, _parts(passes, "seg", "P"), PROVENANCE, class_names=BODY_PARTS
     )
     exr = OpenEXR.File(str(path))
     assert [p.name() for p in exr.parts] == ["P", "seg"]
@@ -228,29 +236,27 @@ def test_only_the_parts_asked_for(
     assert not any(key.startswith("cryptomatte/") for p in exr.parts for key in p.header)
 
 
-def test_given_seg_labels_give_the_same_file_as_computing_them(
-    tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
-) -> None:
-    computed = _write_all(tmp_path / "computed.exr", plate, passes)
-    labels = np.argmax(passes["seg"], axis=-1).astype(np.uint8)
-    given = _write_all(tmp_path / "given.exr", plate, passes, seg_labels=labels)
-    assert given.sha256 == computed.sha256  # the same bytes
-    with pytest.raises(FrameError, match=r"frame 1001 .*seg labels are \(23, 36\)"):
-        _write_all(tmp_path / "bad.exr", plate, passes, seg_labels=labels[:, 1:])
-
-
 def test_bad_input_names_file_and_frame(
     tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
 ) -> None:
     path = str(tmp_path / "bad.exr")
-    with pytest.raises(FrameError, match=r"frame 1001 .*bad\.exr.*\(23, 37, 3\).*\(22, 37, 3\)"):
-        write_passes_exr(path, plate, {"normal": passes["normal"][1:]}, PROVENANCE)
-    with pytest.raises(FrameError, match="albedo"):
-        write_passes_exr(path, plate, {"normal": passes["normal"]}, PROVENANCE, parts=["albedo"])
+    normal = _parts(passes, "N")
+    short = {"N": {name: plane[1:] for name, plane in normal["N"].items()}}
+    with pytest.raises(FrameError, match=r"frame 1001 .*bad\.exr.*\(22, 37\).*\(23, 37\)"):
+        write_passes_exr(path, plate, short, PROVENANCE)
+    as_float = {"N": {name: plane.astype(np.float32) for name, plane in normal["N"].items()}}
+    with pytest.raises(FrameError, match=r"part 'N': N.x is float32, .* float16"):
+        write_passes_exr(path, plate, as_float, PROVENANCE)
+    with pytest.raises(FrameError, match=r"channels \['N.x', 'N.y'\] given"):
+        write_passes_exr(path, plate, {"N": dict(list(normal["N"].items())[:2])}, PROVENANCE)
+    with pytest.raises(FrameError, match="unknown EXR parts"):
+        write_passes_exr(path, plate, {"normal": normal["N"]}, PROVENANCE)
+    with pytest.raises(FrameError, match="no part"):
+        write_passes_exr(path, plate, {}, PROVENANCE)
     with pytest.raises(FrameError, match="class_names"):
-        write_passes_exr(path, plate, {"seg": passes["seg"]}, PROVENANCE)
+        write_passes_exr(path, plate, _parts(passes, "seg"), PROVENANCE)
     with pytest.raises(FrameError, match="compression"):
-        write_passes_exr(path, plate, {"matte": passes["matte"]}, {"compression": "dwaa"})
+        write_passes_exr(path, plate, _parts(passes, "matte"), {"compression": "dwaa"})
     assert not (tmp_path / "bad.exr").exists()
 
 
@@ -259,7 +265,7 @@ def test_camera_axes_can_be_declared(
 ) -> None:
     path = tmp_path / "gl.exr"
     axes = {"sapiens2/cameraAxes": "opengl: +x right, +y up, -z forward"}
-    write_passes_exr(str(path), plate, {"normal": passes["normal"]}, axes)
+    write_passes_exr(str(path), plate, _parts(passes, "N"), axes)
     header = OpenEXR.File(str(path)).parts[0].header
     assert header["sapiens2/cameraAxes"] == axes["sapiens2/cameraAxes"]
 
@@ -270,7 +276,7 @@ def test_timecode_from_openimageio_and_openexr_forms(
     path = tmp_path / "tc.exr"
     for value in ((0x10203012, 0), (10, 20, 30, 12, 0, 0, 0, 0, 0, 0)):
         plate.attributes = {"smpte:TimeCode": value, "FramesPerSecond": (25, 1)}
-        write_passes_exr(str(path), plate, {"matte": passes["matte"]}, PROVENANCE)
+        write_passes_exr(str(path), plate, _parts(passes, "matte"), PROVENANCE)
         header = OpenEXR.File(str(path)).parts[0].header
         timecode = header["timeCode"]
         assert (timecode.hours, timecode.minutes, timecode.seconds, timecode.frame) == (
@@ -288,7 +294,12 @@ def test_writes_to_s3(
     root, options = s3_bucket
     uri = f"{root}/show/sq/sh010/v001/sh010.1001.exr"
     result = write_passes_exr(
-        uri, plate, passes, PROVENANCE, class_names=BODY_PARTS, storage_options=options
+        uri,
+        plate,
+        exr_parts(passes, BODY_PARTS),
+        PROVENANCE,
+        class_names=BODY_PARTS,
+        storage_options=options,
     )
     data = s3fs.S3FileSystem(**options).cat_file(uri)
     assert result.sha256 == hashlib.sha256(data).hexdigest()

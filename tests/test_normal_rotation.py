@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from bench.standins import IdentityModel
 from tasks.blending import FrameBlender
@@ -22,6 +23,19 @@ FRAME_HW = (2160, 3840)
 FOCAL = 2500.0
 
 
+def _rotate(vectors, rotation: np.ndarray) -> np.ndarray:
+    """rotate_normals on (..., 3) numpy vectors (as planes (3, 1, N), back to (..., 3))."""
+    array = np.asarray(vectors, dtype=np.float32)
+    planes = torch.from_numpy(np.ascontiguousarray(array.reshape(-1, 3).T)).view(3, 1, -1)
+    return rotate_normals(planes, rotation).reshape(3, -1).T.numpy().reshape(array.shape)
+
+
+def _normalize(vectors) -> np.ndarray:
+    array = np.asarray(vectors, dtype=np.float32)
+    planes = torch.from_numpy(np.ascontiguousarray(array.reshape(-1, 3).T))
+    return normalize_vectors(planes).T.numpy().reshape(array.shape)
+
+
 def _tile_centred_at(center_y: float, center_x: float, size: int = 512) -> Tile:
     y0, x0 = round(center_y - size / 2), round(center_x - size / 2)
     box = Region(y0, x0, y0 + size, x0 + size)
@@ -32,7 +46,7 @@ def test_a_centred_tile_gets_the_identity_and_leaves_normals_untouched():
     tile = _tile_centred_at(1080, 1920)
     rotation = tile_rotation(tile, FRAME_HW, FOCAL)
     assert np.array_equal(rotation, np.eye(3))
-    normals = np.random.default_rng(0).standard_normal((8, 8, 3)).astype(np.float32)
+    normals = torch.randn((3, 8, 8))
     assert rotate_normals(normals, rotation) is normals
 
 
@@ -65,8 +79,8 @@ def test_the_rotation_is_proper_minimal_and_keeps_unit_length(center):
     eigenvalues, eigenvectors = np.linalg.eig(rotation)
     axis = np.real(eigenvectors[:, np.argmin(np.abs(eigenvalues - 1))])
     assert abs(axis[2]) < 1e-9
-    normals = normalize_vectors(np.random.default_rng(1).standard_normal((50, 3)))
-    rotated = rotate_normals(normals.astype(np.float32), rotation)
+    normals = _normalize(np.random.default_rng(1).standard_normal((50, 3)))
+    rotated = _rotate(normals, rotation)
     np.testing.assert_allclose(np.linalg.norm(rotated, axis=-1), 1.0, atol=1e-6)
 
 
@@ -101,14 +115,14 @@ def test_a_wall_facing_the_camera_seen_through_an_off_centre_tile():
     rotation = tile_rotation(tile, FRAME_HW, FOCAL)
     predicted = np.broadcast_to(seen_by_tile.astype(np.float32), (4, 4, 3))
     expected = np.broadcast_to(wall_normal, (4, 4, 3))
-    np.testing.assert_allclose(rotate_normals(predicted, rotation), expected, atol=1e-6)
+    np.testing.assert_allclose(_rotate(predicted, rotation), expected, atol=1e-6)
 
 
 def test_a_surface_facing_the_tile_camera_faces_back_along_the_tile_ray():
     tile = _tile_centred_at(200, 3300)
     ray = tile_center_ray(tile, FRAME_HW, FOCAL)
     facing_tile = np.array([0.0, 0.0, -1.0], dtype=np.float32)
-    rotated = rotate_normals(facing_tile, tile_rotation(tile, FRAME_HW, FOCAL))
+    rotated = _rotate(facing_tile, tile_rotation(tile, FRAME_HW, FOCAL))
     np.testing.assert_allclose(rotated, -ray, atol=1e-6)
 
 
@@ -121,10 +135,10 @@ def test_rotated_tiles_blend_into_one_consistent_frame_normal():
     blender = FrameBlender.for_plan(plan, 3)
     for tile in plan.tiles:
         rotation = tile_rotation(tile, (height, width), focal)
-        in_tile_view = (rotation.T @ wall_normal).astype(np.float32)
-        predicted = np.broadcast_to(in_tile_view, (*tile.shape, 3))
+        in_tile_view = torch.from_numpy((rotation.T @ wall_normal).astype(np.float32))
+        predicted = in_tile_view.view(3, 1, 1).expand(3, *tile.shape).contiguous()
         blender.add(tile, rotate_normals(predicted, rotation))
-    expected = np.broadcast_to(wall_normal, (height, width, 3))
+    expected = np.broadcast_to(wall_normal.reshape(3, 1, 1), (3, height, width))
     np.testing.assert_allclose(blender.result(), expected, atol=1e-6)
 
 
@@ -137,19 +151,20 @@ def test_a_padded_tile_uses_the_centre_of_the_padded_array():
 
 
 def test_identity_model_through_a_single_centred_tile_with_rotation_is_exact():
-    image = np.random.default_rng(2).random((600, 500, 3), dtype=np.float32)
+    image = torch.rand((3, 600, 500), generator=torch.Generator().manual_seed(2))
     plan = plan_frame(600, 500, "normal")
     (tile,) = plan.tiles
-    values = IdentityModel().predict(extract_tiles(image, plan), ["normal"])["normal"][0]
+    values = IdentityModel().predict_batch(extract_tiles(image, plan), "normal")["normal"][0]
     rotated = rotate_normals(values, tile_rotation(tile, (600, 500), FOCAL))
     blender = FrameBlender.for_plan(plan, 3)
     blender.add(tile, rotated)
-    assert np.array_equal(blender.result(), image)
+    assert torch.equal(blender.result(), image)
 
 
 def test_normalize_vectors_gives_unit_length_and_keeps_zero():
-    vectors = np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [1e-3, 0.0, 0.0]], dtype=np.float32)
-    unit = normalize_vectors(vectors)
+    vectors = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [1e-3, 0.0, 0.0]]).T.contiguous()
+    assert normalize_vectors(vectors) is vectors  # in place
+    unit = vectors.T.numpy()
     assert unit.dtype == np.float32
     np.testing.assert_allclose(unit[0], [0.6, 0.8, 0.0], atol=1e-7)
     assert not unit[1].any()

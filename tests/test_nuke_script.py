@@ -23,6 +23,7 @@ from tasks.shot_nuke_script import (
     build_shot_script,
     write_shot_nuke_script,
 )
+from tests.exr_parts import exr_parts
 from tests.nuke_parse import NkNode, NkScript, NukeParseError, evaluates_tcl, parse, tcl_unliteral
 
 ALL = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
@@ -200,7 +201,8 @@ def test_shuffles_match_the_layers_of_a_real_exr(tmp_path: Path) -> None:
         "seg": probabilities / probabilities.sum(-1, keepdims=True),
     }
     path = tmp_path / "sh.0001.exr"
-    write_passes_exr(str(path), plate, passes, {}, class_names=["Background", "Hair", "Face"])
+    names = ["Background", "Hair", "Face"]
+    write_passes_exr(str(path), plate, exr_parts(passes, names), {}, class_names=names)
     channels = [
         name
         for part in OpenEXR.File(str(path), separate_channels=True).parts

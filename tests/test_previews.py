@@ -40,10 +40,10 @@ def test_pass_colours() -> None:
         [PALETTE[0], PALETTE[5]],
         [PALETTE[28], PALETTE[5]],
     ]
-    probabilities = np.eye(29, dtype=np.float32)[labels]
-    np.testing.assert_array_equal(seg_rgb(probabilities, PALETTE), seg_rgb(labels, PALETTE))
     with pytest.raises(ValueError, match="palette"):
         seg_rgb(labels, PALETTE[:10])
+    with pytest.raises(ValueError, match="class labels"):  # labels come from the device
+        seg_rgb(np.eye(29, dtype=np.float32)[labels], PALETTE)
 
 
 def test_depth_ramp_near_warm_far_cool_invalid_black() -> None:
@@ -104,6 +104,12 @@ def test_pose_skeleton_is_drawn_over_the_plate() -> None:
     assert red in colours
     assert green not in colours
     assert image[50, 100].tolist() == list(red)
+    # A thumbnail made on the device is drawn on as it is, keypoints scaled from the plate.
+    small = pose_preview(
+        np.zeros((25, 50, 3), np.float32), [person], [(0, 1)], [red], frame_size=(200, 100)
+    )
+    assert small.shape == (25, 50, 3)
+    assert tuple(small[12, 25]) == red and tuple(small[2, 25]) == (0, 0, 0)
 
 
 def test_contact_sheet_from_written_thumbnails(tmp_path: Path) -> None:

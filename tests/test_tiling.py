@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from tasks.tiling import (
     PASS_NAMES,
@@ -128,8 +129,8 @@ def test_pose_has_no_tiles_and_says_so():
     assert plan.layout == "none"
     assert plan.tiles == ()
     assert "person boxes" in plan.note
-    image = np.zeros((1080, 1920, 3), dtype=np.float32)
-    assert extract_tiles(image, plan).shape == (0, 0, 0, 3)
+    image = torch.zeros((3, 1080, 1920))
+    assert tuple(extract_tiles(image, plan).shape) == (0, 3, 0, 0)
 
 
 @pytest.mark.parametrize(
@@ -154,46 +155,46 @@ def test_backbone4k_pads_to_multiples_of_64(size, padded):
 
 def test_backbone4k_zero_padding_and_edge_padding():
     rng = np.random.default_rng(1)
-    image = rng.random((70, 65, 3), dtype=np.float32) + 0.5
+    image = torch.from_numpy(rng.random((3, 70, 65), dtype=np.float32) + 0.5)
     zero_plan = plan_frame(70, 65, "backbone4k")
     (padded,) = extract_tiles(image, zero_plan)
-    assert padded.shape == (128, 128, 3)
-    assert np.array_equal(padded[:70, :65], image)
-    assert not padded[70:].any() and not padded[:, 65:].any()
+    assert tuple(padded.shape) == (3, 128, 128)
+    assert torch.equal(padded[:, :70, :65], image)
+    assert not padded[:, 70:].any() and not padded[:, :, 65:].any()
 
     edge_plan = plan_frame(70, 65, "backbone4k", pad_mode="edge")
     (padded,) = extract_tiles(image, edge_plan)
-    assert np.array_equal(padded[:70, :65], image)
-    assert np.array_equal(padded[100, 10], image[69, 10])
-    assert np.array_equal(padded[5, 100], image[5, 64])
-    assert np.array_equal(padded[127, 127], image[69, 64])
+    assert torch.equal(padded[:, :70, :65], image)
+    assert torch.equal(padded[:, 100, 10], image[:, 69, 10])
+    assert torch.equal(padded[:, 5, 100], image[:, 5, 64])
+    assert torch.equal(padded[:, 127, 127], image[:, 69, 64])
 
 
 def test_extract_tiles_cuts_each_box_and_batches_equal_shapes():
     rng = np.random.default_rng(2)
-    image = rng.random((1100, 900, 3), dtype=np.float32)
+    image = torch.from_numpy(rng.random((3, 1100, 900), dtype=np.float32))
     plan = plan_frame(1100, 900, "normal")
     tiles = extract_tiles(image, plan)
-    assert tiles.shape == (len(plan.tiles), 1024, 768, 3)
-    assert tiles.flags.c_contiguous
+    assert tuple(tiles.shape) == (len(plan.tiles), 3, 1024, 768)
+    assert tiles.is_contiguous()
     for tile, cut in zip(plan.tiles, tiles, strict=True):
-        assert np.array_equal(cut, image[tile.box.slices])
+        assert torch.equal(cut, image[:, tile.box.y0 : tile.box.y1, tile.box.x0 : tile.box.x1])
     some = extract_tiles(image, plan, indices=[3, 1])
-    assert np.array_equal(some, tiles[[3, 1]])
+    assert torch.equal(some, tiles[[3, 1]])
 
 
 def test_extract_tiles_of_a_single_channel_image():
-    image = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    image = torch.arange(40 * 30, dtype=torch.float32).reshape(1, 40, 30)
     plan = plan_frame(40, 30, "matte", tile_hw=(16, 16), overlap=4)
     tiles = extract_tiles(image, plan)
-    assert tiles.shape == (len(plan.tiles), 16, 16)
-    assert np.array_equal(tiles[-1], image[24:40, 14:30])
+    assert tuple(tiles.shape) == (len(plan.tiles), 1, 16, 16)
+    assert torch.equal(tiles[-1], image[:, 24:40, 14:30])
 
 
 def test_extract_tiles_rejects_an_image_of_another_size():
     plan = plan_frame(100, 100, "normal")
     with pytest.raises(ValueError, match="100x100"):
-        extract_tiles(np.zeros((100, 99, 3), dtype=np.float32), plan)
+        extract_tiles(torch.zeros((3, 100, 99)), plan)
 
 
 def test_equal_frames_give_equal_plans_and_batch_keys():

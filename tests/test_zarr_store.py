@@ -46,7 +46,7 @@ def _create(uri: str, passes: list[str] = ALL_PASSES, options: Any = None, **kw:
 
 def _frame_arrays(seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    probabilities = rng.random((HEIGHT, WIDTH, 29)).astype(np.float32)
+    labels = rng.integers(0, 29, size=(HEIGHT, WIDTH)).astype(np.uint8)
     person = {
         "box": [1, 2, 5, 6],
         "keypoints": rng.random((KEYPOINTS, 2)).astype(np.float32) * 9,
@@ -57,7 +57,7 @@ def _frame_arrays(seed: int) -> dict[str, Any]:
         "pointmap": rng.normal(size=(HEIGHT, WIDTH, 3)).astype(np.float32),
         "albedo": rng.random((HEIGHT, WIDTH, 3)).astype(np.float32),
         "matte": rng.random((HEIGHT, WIDTH)).astype(np.float32),
-        "seg": probabilities,
+        "seg": labels,  # the class labels the device made
         "pose": [person],
     }
 
@@ -67,7 +67,7 @@ def _check_frame(read: dict[str, np.ndarray], sent: dict[str, Any]) -> None:
     np.testing.assert_array_equal(read["pointmap"], sent["pointmap"])
     np.testing.assert_array_equal(read["albedo"], sent["albedo"].astype(np.float16))
     np.testing.assert_array_equal(read["matte"], sent["matte"].astype(np.float16))
-    np.testing.assert_array_equal(read["seg"], np.argmax(sent["seg"], axis=-1))
+    np.testing.assert_array_equal(read["seg"], sent["seg"])
     person = sent["pose"][0]
     np.testing.assert_array_equal(read["pose"][0, :, :2], person["keypoints"])
     np.testing.assert_array_equal(read["pose"][0, :, 2], person["scores"])

@@ -1,0 +1,147 @@
+"""A whole shot through the real flow and cluster (embedded default: LocalCluster of worker
+processes, SQLite, local disk), with every pass:
+
+- frames/s end to end (after a one-frame warm-up shot that loads the models);
+- the model's share of each worker's wall time (the rest is what the device would wait for,
+  were reading and writing not overlapped with it);
+- each worker's memory (RSS) sampled over the shot: it must stay flat in the shot's length;
+- the flow's own overhead per frame (planning, dispatch, catalog writes, shot-level files).
+
+Weights are UNTRAINED (random, built once): speed does not depend on them.
+
+    python -m bench.shot                                   # 200 frames, 1920x1080, tiny
+    python -m bench.shot --frames 48 --size 4096x2160 --model-size 0.1b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def worker_rss_mb() -> float:
+    """This process's resident memory (run on each worker)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+class RssSampler:
+    """Every worker's RSS, every ``interval`` seconds, while the shot runs."""
+
+    def __init__(self, client: Any, interval: float = 1.0) -> None:
+        self.client = client
+        self.interval = interval
+        self.samples: dict[str, list[float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                for worker, rss in self.client.run(worker_rss_mb).items():
+                    self.samples.setdefault(worker, []).append(rss)
+            except Exception:  # a sample lost while a worker is busy: the next one counts
+                continue
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per worker: RSS in the first and last quarter of the shot (medians), the peak, and
+        the growth between the two quarters."""
+        out = {}
+        for worker, values in self.samples.items():
+            quarter = max(1, len(values) // 4)
+            first = statistics.median(values[:quarter])
+            last = statistics.median(values[-quarter:])
+            out[worker] = {
+                "samples": len(values),
+                "first_quarter_mb": round(first, 1),
+                "last_quarter_mb": round(last, 1),
+                "peak_mb": round(max(values), 1),
+                "growth_pct": round(100 * (last - first) / first, 1),
+            }
+        return out
+
+
+def run(frames: int, size: tuple[int, int], model_size: str, workers: int, home: Path) -> dict:
+    from flows.cluster import dask_client
+    from flows.demo import DEMO_COLORSPACE, write_demo_plate
+    from flows.planning import plan_shot
+    from flows.shot_runner import run_planned_shot
+    from schemas.catalog import open_catalog
+    from schemas.settings import Settings
+    from schemas.spec import parse_spec
+
+    settings = Settings(home=home, allowed_roots=[str(home)], local_workers=workers)
+    pattern = write_demo_plate(home / f"plate{frames}", frames, *size)
+    spec = parse_spec(
+        {
+            "plate": pattern,
+            "show": "bench",
+            "sequence": "sq",
+            "shot": f"sh{frames}",
+            "colorspace": DEMO_COLORSPACE,
+            "model_size": model_size,
+            "output_root": str(home / "out"),
+            "chunk_frames": 8,
+            "review_clips": False,
+        }
+    )
+    catalog = open_catalog(settings.catalog)
+    with dask_client(settings) as client:
+        # warm the workers (imports, model load) on a one-frame shot, outside the timing
+        warm = parse_spec({**spec.model_dump(mode="json"), "shot": "warm", "frames": "1001"})
+        run_planned_shot(plan_shot(warm, settings), catalog, client)
+        start = time.perf_counter()
+        with RssSampler(client) as sampler:
+            plan = plan_shot(spec, settings)
+            result = run_planned_shot(plan, catalog, client)
+        wall = time.perf_counter() - start
+    busy = result.chunk_wall_s  # summed over workers
+    return {
+        "frames": frames,
+        "size": f"{size[0]}x{size[1]}",
+        "model_size": model_size,
+        "workers": workers,
+        "status": result.status,
+        "wall_s": round(wall, 2),
+        "frames_per_s": round(frames / wall, 3),
+        "model_share_per_worker": {
+            worker: round(model / spent, 3) if spent else None
+            for worker, (spent, model) in sorted(result.worker_time.items())
+        },
+        "worker_rss": sampler.summary(),
+        # wall time the workers were not busy, per frame (planning, dispatch, catalog, finalize)
+        "flow_overhead_s_per_frame": round(max(0.0, wall - busy / workers) / frames, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--frames", type=int, default=200)
+    p.add_argument("--size", default="1920x1080")
+    p.add_argument("--model-size", default="tiny")
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args(argv)
+    w, h = (int(v) for v in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["SVFX_HOME"] = tmp
+        print(json.dumps(run(args.frames, (w, h), args.model_size, args.workers, Path(tmp))))
+
+
+if __name__ == "__main__":
+    main()

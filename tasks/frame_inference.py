@@ -1,0 +1,182 @@
+"""The chunk worker's model stage: a group of read frames in, their finished arrays on their
+way to the host out, with everything in between on the model's device.
+
+Per group (a few frames whose tiles share model batches):
+
+1. each frame's model-encoded RGB is copied up once (non-blocking from pinned memory on
+   CUDA) and desqueezed there when the plate is anamorphic;
+2. pointmap runs on the whole frames (its focal estimate sets how normal tiles rotate: the
+   one value the host reads back before the tiles run);
+3. each tiled pass: tiles are cut on the device, run in model batches (tiles of several
+   frames share a batch), rotated (normals) and blended into a frame-sized accumulator there;
+4. pose, when asked: person boxes from the seg (or matte) foreground, read back as one bool
+   mask per frame, then top-down crops on the device;
+5. each pass is finished (``tasks.frame_passes``) as soon as it is blended, so a frame's
+   29-channel probabilities are dropped before the next pass runs, and the final arrays start
+   their copy to the host (``tasks.host_transfer``). The writers wait for them; this stage
+   goes on with the next group.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from sapiens.arch import CANONICAL_FOCAL, NATIVE_INPUT_HW
+from sapiens.predictor import Predictor
+from sapiens.seg_classes import BACKGROUND
+from schemas.spec import ShotSpec
+from storage.previews import MAX_SIDE, thumbnail_size
+from tasks.anamorphic import desqueeze
+from tasks.blending import FrameBlender
+from tasks.frame_passes import PREVIEW_PREFIX, finish_pass, preview_rgb
+from tasks.frame_reading import ReadFrame
+from tasks.host_transfer import HostTransfer
+from tasks.normal_rotation import rotate_normals, tile_rotation
+from tasks.person_boxes import boxes_from_mask
+from tasks.tiling import extract_tiles, plan_frame
+
+TILED = ("normal", "albedo", "matte", "seg")
+
+
+@dataclass
+class InferredFrame:
+    """A frame whose model work is queued: its arrays arrive on the host through ``arrays``."""
+
+    read: ReadFrame
+    arrays: HostTransfer
+    people: list[dict[str, Any]] = field(default_factory=list)
+    focal: float | None = None
+
+
+class FrameInference:
+    def __init__(self, spec: ShotSpec, predictor: Predictor, class_names: Sequence[str]) -> None:
+        self.spec = spec
+        self.predictor = predictor
+        self.device = predictor.device
+        self.class_names = class_names
+
+    @torch.inference_mode()
+    def run(self, group: Sequence[ReadFrame]) -> list[InferredFrame]:
+        t0 = time.perf_counter()
+        wanted = self.spec.model_passes
+        frames = [self._upload(read) for read in group]
+        finished: list[dict[str, Tensor]] = [{} for _ in group]
+        masks: list[Tensor | None] = [None] * len(group)
+        focals: list[float | None] = [None] * len(group)
+        if "pointmap" in wanted:
+            out = self.predictor.predict_batch(torch.stack(frames), "pointmap")
+            focals = [float(f) for f in out["focal"].cpu()]
+            for i, read in enumerate(group):
+                self._finish(read, "pointmap", out["pointmap"][i], finished[i])
+            del out
+        boxes_from = "seg" if "seg" in wanted else "matte"
+        for name in (p for p in TILED if p in wanted):
+            blended = self._blend(name, frames, focals)
+            for i, read in enumerate(group):
+                if "pose" in wanted and name == boxes_from:
+                    masks[i] = _foreground(name, blended[i])
+                if name in self.spec.passes:
+                    self._finish(read, name, blended[i], finished[i])
+            del blended
+        results = []
+        for i, read in enumerate(group):
+            people = self._pose(read, frames[i], masks[i]) if "pose" in wanted else []
+            if self.spec.previews and "pose" in self.spec.passes:
+                finished[i][PREVIEW_PREFIX + "plate"] = preview_rgb(frames[i], _preview_hw(read))
+            results.append(InferredFrame(read, HostTransfer(finished[i]), people, focals[i]))
+        share = (time.perf_counter() - t0) / len(group)
+        for read in group:
+            read.summary.timings["infer"] = share
+        return results
+
+    def _upload(self, read: ReadFrame) -> Tensor:
+        rgb = torch.from_numpy(read.rgb).to(self.device, non_blocking=True).permute(2, 0, 1)
+        aspect = read.plate.pixel_aspect
+        return desqueeze(rgb, aspect) if abs(aspect - 1.0) > 1e-6 else rgb
+
+    def _blend(
+        self, name: str, frames: Sequence[Tensor], focals: Sequence[float | None]
+    ) -> list[Tensor]:
+        """One tiled pass of every frame, blended on the device: (C, H, W') each."""
+        height, width = frames[0].shape[1:]
+        tile_hw = self.spec.tiling.tile_hw(self.predictor.infos[name].input_hw)
+        overlap = self.spec.tiling.overlap_for(tile_hw)
+        plan = plan_frame(height, width, name, tile_hw, overlap)
+        blenders: list[FrameBlender | None] = [None] * len(frames)
+        # (frame, tile) pairs across the group, one model batch at a time: tiles of several
+        # frames share a batch, and only one batch of outputs is held at once
+        work = [(i, t) for i in range(len(frames)) for t in range(len(plan.tiles))]
+        for start in range(0, len(work), self.spec.batch_size):
+            batch = work[start : start + self.spec.batch_size]
+            tiles = torch.cat([extract_tiles(frames[i], plan, [t]) for i, t in batch])
+            values = self.predictor.predict_batch(tiles, name)[name]
+            del tiles
+            for (i, t), tile_values in zip(batch, values, strict=True):
+                tile = plan.tiles[t]
+                if name == "normal":
+                    focal = focals[i] or default_focal(height, width)
+                    rotation = tile_rotation(tile, (height, width), focal)
+                    tile_values = rotate_normals(tile_values, rotation)
+                blender = blenders[i]
+                if blender is None:
+                    blender = FrameBlender.for_plan(plan, values.shape[1], device=self.device)
+                    blenders[i] = blender
+                blender.add(tile, tile_values)
+            del values
+        return [blender.result() for blender in blenders if blender is not None]
+
+    def _finish(self, read: ReadFrame, name: str, values: Tensor, into: dict[str, Tensor]) -> None:
+        preview_hw = _preview_hw(read) if self.spec.previews else None
+        into.update(
+            finish_pass(
+                name,
+                values,
+                plate_width=read.plate.width,
+                preview_hw=preview_hw,
+                class_names=self.class_names,
+            )
+        )
+
+    def _pose(self, read: ReadFrame, frame: Tensor, mask: Tensor | None) -> list[dict[str, Any]]:
+        if mask is None:
+            return []
+        boxes = boxes_from_mask(mask.cpu().numpy(), max_people=self.spec.max_people)
+        if len(boxes) == 0:
+            return []
+        pose = self.predictor.predict_pose(frame, boxes, channels_first=True)
+        aspect = read.plate.pixel_aspect
+        people = []
+        for keypoints, scores, box in zip(pose.keypoints, pose.scores, pose.boxes, strict=True):
+            keypoints = np.array(keypoints, dtype=np.float32)
+            box = np.array(box, dtype=np.float32)
+            if abs(aspect - 1.0) > 1e-6:  # back to plate pixels (x was desqueezed)
+                keypoints[:, 0] /= aspect
+                box[[0, 2]] /= aspect
+            people.append({"box": box, "keypoints": keypoints, "scores": scores})
+        return people
+
+
+def _foreground(name: str, blended: Tensor) -> Tensor:
+    """The person mask pose boxes come from: not background (seg), or alpha (matte), >= 0.5."""
+    if name == "seg":
+        return (1.0 - blended[BACKGROUND]) >= 0.5
+    return blended[0] >= 0.5
+
+
+def _preview_hw(read: ReadFrame) -> tuple[int, int]:
+    plate = read.plate
+    width, height = thumbnail_size(plate.width, plate.height, MAX_SIDE, plate.pixel_aspect)
+    return height, width
+
+
+def default_focal(height: int, width: int) -> float:
+    """Focal length in frame pixels when no pointmap estimate exists: the model's canonical
+    camera (focal 768 px at its 1024x768 input) scaled to the frame's long side."""
+    return CANONICAL_FOCAL * max(height, width) / max(NATIVE_INPUT_HW)

@@ -1,0 +1,297 @@
+"""The chunk worker's last stage, on a bounded pool of writer threads: a frame's finished
+arrays, once on the host, become its files.
+
+Per frame, the writes are ordered so that what is on disk never claims more than is there:
+the frame's arrays are checked first (a pass the model made NaN or Inf fails the frame before
+anything is touched), the frame's Zarr commit mark is zeroed, then the EXR, the Zarr regions,
+the pose fragment and the previews are written, then the commit mark is set and the frame
+record (``tasks.frame_records``) written last. A frame that fails while writing removes the
+files this attempt wrote, so a failed frame leaves no output that the catalog does not
+describe.
+
+The host's own per-pixel work here is what cannot run on the device: albedo's OpenColorIO
+transform back to scene-linear (and its conversion to half), interleaving the normal and
+pointmap planes for the Zarr arrays, and the codecs (ZIP in OpenEXR's thread pool, Blosc in
+Zarr's). Everything else arrives in its final type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sapiens.keypoints import KEYPOINT_COLORS, SKELETON, SKELETON_COLORS
+from schemas.spec import ShotSpec
+from schemas.summaries import ChunkContext, FrameSummary, OutputRecord
+from storage.errors import FrameError, writing
+from storage.exr_writer import (
+    CRYPTO_LAYER,
+    PART_DTYPES,
+    PART_ORDER,
+    PASS_OF_PART,
+    part_channels,
+    write_passes_exr,
+)
+from storage.pose_json import write_pose_fragment
+from storage.previews import pass_preview, pose_preview, write_image
+from storage.zarr_store import ShotStoreWriter
+from tasks.colour import ColourConversion
+from tasks.frame_inference import InferredFrame
+from tasks.frame_passes import NONFINITE_PREFIX, PREVIEW_PREFIX
+from tasks.frame_reading import failed
+from tasks.frame_records import remove_file, write_frame_record
+from tasks.output_paths import ShotOutputPaths
+
+log = logging.getLogger("svfx.worker")
+
+
+def _seg_palette(classes: int) -> list[tuple[int, int, int]]:
+    """Black background, then evenly spaced pastel hues (preview only)."""
+    colours = [(0, 0, 0)]
+    for i in range(classes - 1):
+        phase = 2 * np.pi * i / (classes - 1)
+        rgb = [0.55 + 0.45 * np.cos(phase + offset) for offset in (0.0, 2.1, 4.2)]
+        colours.append(tuple(round(255 * float(v)) for v in rgb))  # type: ignore[arg-type]
+    return colours
+
+
+@dataclass
+class _Attempt:
+    """What writing a frame has done so far: removed again if the frame fails."""
+
+    written: list[str] = field(default_factory=list)  # files this attempt committed
+    retracted: bool = False  # the frame's Zarr commit mark was zeroed
+
+
+class FrameWriter:
+    def __init__(
+        self,
+        spec: ShotSpec,
+        paths: ShotOutputPaths,
+        store: ShotStoreWriter,
+        colour: ColourConversion,
+        context: ChunkContext,
+        provenance: dict[str, str],
+        class_names: Sequence[str],
+        *,
+        store_index: dict[int, int],
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.paths = paths
+        self.store = store
+        self.colour = colour
+        self.context = context
+        self.provenance = provenance
+        self.class_names = list(class_names)
+        self.palette = _seg_palette(len(self.class_names))
+        self.store_index = store_index  # frame number -> index in the shot's Zarr arrays
+        self.storage_options = storage_options or None
+        self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
+
+    def write(self, frame: InferredFrame) -> FrameSummary:
+        """Write every output of the frame; a frame that fails is returned failed, with
+        what it had written removed."""
+        read = frame.read
+        attempt = _Attempt()
+        try:
+            self._write_outputs(frame, attempt)
+        except Exception as exc:
+            if attempt.retracted:
+                read.summary.discarded = self._discard(read.number, attempt.written)
+            return failed(read.summary, exc, read.uri)
+        return read.summary
+
+    def _discard(self, number: int, written: list[str]) -> list[str]:
+        """Remove what a failed frame's attempt wrote (its Zarr mark is already zeroed), so
+        the disk holds nothing the catalog does not describe; returns the outputs whose old
+        catalog rows no longer hold (the files and the Zarr regions)."""
+        for uri in [*written, self.paths.frame_record(number)]:
+            problem = remove_file(uri, self.storage_options)
+            if problem:
+                log.warning("frame %d: could not remove a partial output: %s", number, problem)
+        arrays = [self.store.array_uri(name) for name in self.store.arrays]
+        return [*written, *arrays]
+
+    def _write_outputs(self, frame: InferredFrame, attempt: _Attempt) -> None:
+        read = frame.read
+        written = attempt.written
+        summary, plate, number = read.summary, read.plate, read.number
+        t0 = time.perf_counter()
+        arrays = frame.arrays.wait()
+        bad = [
+            name.removeprefix(NONFINITE_PREFIX)
+            for name, flag in arrays.items()
+            if name.startswith(NONFINITE_PREFIX) and bool(flag)
+        ]
+        if bad:
+            raise FrameError(
+                read.uri,
+                number,
+                f"the model's {', '.join(bad)} output holds NaN or Inf values; "
+                "nothing of this frame was written",
+            )
+        index = self.store_index[number]
+        attempt.retracted = True
+        with writing(self.paths.zarr, number), self.zarr_lock:
+            self.store.retract(index)  # from here on the store does not claim this frame
+        albedo = None
+        if "albedo" in arrays:  # OpenColorIO runs on the CPU only
+            linear = self.colour.albedo_to_scene_linear(arrays["albedo"], inplace=True)
+            albedo = linear.astype(np.float16)
+        parts, blocks = exr_parts_and_zarr_blocks(arrays, albedo)
+        key = summary.cache_key or ""
+        records: list[OutputRecord] = []
+        if parts:
+            exr_uri = self.paths.exr(number)
+            with writing(exr_uri, number):
+                exr = write_passes_exr(
+                    exr_uri,
+                    plate,
+                    parts,
+                    self.provenance,
+                    class_names=self.class_names,
+                    storage_options=self.storage_options,
+                    albedo_interop_id=self.colour.albedo_interop_id,
+                )
+            written.append(exr.uri)
+            shapes = self._pass_shapes(plate.height, plate.width)
+            for part in (p for p in PART_ORDER if p in parts):
+                name = PASS_OF_PART[part]
+                records.append(
+                    OutputRecord(
+                        name, number, "exr", exr.uri, exr.sha256, exr.size,
+                        shapes[name], np.dtype(PART_DTYPES[part]).name, part, key,
+                    )
+                )  # fmt: skip
+        t1 = time.perf_counter()
+        if "pose" in self.spec.passes:
+            blocks["pose"] = frame.people
+        for name, block in self.store.prepare_frame(index, blocks).items():
+            with writing(self.store.array_uri(name), number), self.zarr_lock:
+                self.store.write_prepared(index, {name: block})
+            region = np.ascontiguousarray(block)  # exactly the bytes stored
+            records.append(
+                OutputRecord(
+                    name, number, "zarr", self.store.array_uri(name),
+                    hashlib.sha256(memoryview(region)).hexdigest(), region.nbytes,
+                    tuple(region.shape), str(region.dtype), None, key,
+                )
+            )  # fmt: skip
+        t2 = time.perf_counter()
+        if "pose" in self.spec.passes:
+            fragments = self.paths.pose_fragments
+            with writing(f"{fragments}/{number}", number):
+                fragment = write_pose_fragment(
+                    fragments, number, frame.people, self.storage_options
+                )
+            written.append(fragment.uri)
+            records.append(
+                OutputRecord(
+                    "pose", number, "pose_json", fragment.uri, fragment.sha256, fragment.size,
+                    (len(frame.people), 308, 3), "json", None, key,
+                )
+            )  # fmt: skip
+        if self.spec.previews:
+            records.extend(self._previews(frame, arrays, key, written))
+        summary.outputs = records
+        summary.timings["write_exr"] = t1 - t0
+        summary.timings["write_zarr"] = t2 - t1
+        summary.timings["write_other"] = time.perf_counter() - t2
+        if key:  # every output is on disk: the store may claim the frame, then the record
+            with writing(self.paths.zarr, number), self.zarr_lock:
+                self.store.commit(index, key)
+            record = self.paths.frame_record(number)
+            with writing(record, number):
+                write_frame_record(record, summary, self.context, self.storage_options)
+
+    def _pass_shapes(self, height: int, width: int) -> dict[str, tuple[int, ...]]:
+        """Each pass's shape as the catalog records it (seg: its class probabilities)."""
+        return {
+            "normal": (height, width, 3),
+            "pointmap": (height, width, 3),
+            "albedo": (height, width, 3),
+            "matte": (height, width),
+            "seg": (height, width, len(self.class_names)),
+        }
+
+    def _previews(
+        self, frame: InferredFrame, arrays: dict[str, np.ndarray], key: str, written: list[str]
+    ) -> list[OutputRecord]:
+        """Previews from the preview-sized arrays the device made (square pixels already)."""
+        number = frame.read.number
+        images = {}
+        for name in ("normal", "pointmap", "albedo", "matte", "seg"):
+            small = arrays.get(PREVIEW_PREFIX + name)
+            if small is None:
+                continue
+            if name == "albedo":
+                small = self.colour.albedo_to_scene_linear(small)
+            images[name] = pass_preview(name, small, palette=self.palette)
+        if "pose" in self.spec.passes and PREVIEW_PREFIX + "plate" in arrays:
+            plate = frame.read.plate
+            images["pose"] = pose_preview(
+                arrays[PREVIEW_PREFIX + "plate"],
+                frame.people,
+                SKELETON,
+                SKELETON_COLORS,
+                KEYPOINT_COLORS,
+                frame_size=(plate.width, plate.height),
+            )
+        records = []
+        for name, image in images.items():
+            uri = self.paths.preview(name, number)
+            with writing(uri, number):
+                preview = write_image(uri, image, self.storage_options)
+            written.append(preview.uri)
+            records.append(
+                OutputRecord(
+                    name, number, "preview", preview.uri, preview.sha256, preview.size,
+                    tuple(image.shape), "uint8", None, key,
+                )
+            )  # fmt: skip
+        return records
+
+
+def exr_parts_and_zarr_blocks(
+    arrays: dict[str, np.ndarray], albedo: np.ndarray | None = None
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """A frame's EXR parts (channel planes by part) and Zarr blocks (by pass) from its arrays
+    as the device finished them (``tasks.frame_passes``); ``albedo`` is the albedo in its
+    final form, scene-linear half (H, W, 3), when the frame has one."""
+    parts: dict[str, dict[str, np.ndarray]] = {}
+    blocks: dict[str, np.ndarray] = {}
+    if "N" in arrays:
+        normal = arrays["N"]
+        parts["N"] = {f"N.{axis}": normal[i] for i, axis in enumerate("xyz")}
+        blocks["normal"] = _channels_last(normal)
+    if "P" in arrays:
+        points = arrays["P"]
+        parts["P"] = {f"P.{axis}": points[i] for i, axis in enumerate("xyz")}
+        parts["P"]["depth.Z"] = points[2]  # the same values: one plane serves both
+        blocks["pointmap"] = _channels_last(points)
+    if albedo is not None:
+        parts["albedo"] = {"albedo": albedo}  # OpenEXR writes albedo.R/G/B from it
+        blocks["albedo"] = albedo
+    if "matte" in arrays:
+        parts["matte"] = {"matte.A": arrays["matte"]}
+        blocks["matte"] = arrays["matte"]
+    if CRYPTO_LAYER in arrays:
+        planes = arrays[CRYPTO_LAYER]
+        names = part_channels(CRYPTO_LAYER, 2 * (len(planes) // 4))
+        parts[CRYPTO_LAYER] = dict(zip(names, planes, strict=True))
+        parts["seg"] = {"seg.id": arrays["seg.id"].view(np.uint32)}
+        blocks["seg"] = arrays["labels"]
+    return parts, blocks
+
+
+def _channels_last(planes: np.ndarray) -> np.ndarray:
+    """(C, H, W) planes as the (H, W, C) block a Zarr array of the pass stores."""
+    return np.ascontiguousarray(np.moveaxis(planes, 0, -1))
