@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 
-def worker_rss_mb() -> float:
-    """This process's resident memory (run on each worker)."""
+def worker_rss_mb() -> tuple[str, float]:
+    """This process's name as chunk summaries give it (host:pid) and its resident memory
+    (run on each worker)."""
+    import socket
+
     import psutil
 
-    return psutil.Process().memory_info().rss / 2**20
+    return f"{socket.gethostname()}:{os.getpid()}", psutil.Process().memory_info().rss / 2**20
 
 
 class RssSampler:
@@ -54,7 +57,7 @@ class RssSampler:
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                for worker, rss in self.client.run(worker_rss_mb).items():
+                for worker, rss in self.client.run(worker_rss_mb).values():
                     self.samples.setdefault(worker, []).append(rss)
             except Exception:  # a sample lost while a worker is busy: the next one counts
                 continue

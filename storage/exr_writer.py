@@ -23,20 +23,21 @@ Cryptomatte layers missing from the metadata of multi-part files whose Cryptomat
 later part (Psyop/Cryptomatte#145; Fusion: #137), while per-part readers look in the part that
 holds the channels. The manifest is ~1 KB. Not yet checked in Nuke itself.
 
-Cost (all parts of a 4096x2160 frame, identity stand-in, 2-core VM, OpenEXR 3.5.3). Encoding
-the ~726 MB of channel planes takes ~3.6 core-s with ZIP, and that is the floor of this
-writer: OpenEXR with NO_COMPRESSION already takes ~0.6, ZIP with deflate level 0 (stored
-blocks, only the predictor and byte split) ~1.6, and deflate the rest (P 1.2, CryptoBodyPart
-1.2, N and albedo 0.45 each). ZIP stays, as ARCHITECTURE.md prescribes: of the lossless codecs
-it allows only RLE is much faster (~1.3 core-s) but its files are 1.8x larger (282 MB against
-155 MB) and ARCHITECTURE.md names ZIP for every part; ZIPS and PIZ are no faster, ZSTD is
-faster (~2.1) but too new for the OpenEXR libraries inside DCCs. The deflate level is not
-exposed by the Python binding (a `zipCompressionLevel` header entry is written as an
-attribute and ignored) and level 1 was no faster overall (slower on the Cryptomatte part).
-On top of the codec the writer spends ~0.7 core-s ranking Cryptomatte (`cryptomatte`),
-~0.2 on the seg argmax and ~0.15 converting to half; it writes straight into the atomic
-temporary file rather than through an in-memory copy of the encoded frame. Channel planes
-must be C-contiguous: the binding ignores numpy strides (a strided view is written wrong).
+Cost (every part of a 4096x2160 frame, OpenEXR 3.5.3, 2-core VM; `python -m bench.io
+--sizes 4096x2160 --frames 3 --codecs`). The writer only checks and encodes: every plane
+arrives in its final type from the model's device (`tasks.frame_passes`). ZIP at OpenEXR's
+default deflate level takes 2.5 core-s for passes that look like real ones (91 MB: P 0.8,
+CryptoBodyPart 0.7, albedo 0.24, N 0.17, matte 0.1, seg 0.05) and 6.7 for independent random
+values (573 MB), the worst case. ZIP stays, for every part, as decided: every EXR reader has
+it. Deflate levels 1, 6 and 9 (set through OpenEXRCore's `exr_set_default_zip_compression_
+level`; the binding ignores a `zipCompressionLevel` header entry) were no faster than the
+default 4 and 9 three times slower; ZIPS and PIZ are no faster; RLE (1.1, 3x larger) and no
+compression (0.3, 8x larger) are; ZSTD (1.7, 42% smaller) is both, but too new for the
+OpenEXR inside most DCCs. The encoder runs in OpenEXR's global thread pool, which the chunk
+worker sizes to its cores (it is 0, the calling thread only, by default), writing straight
+into the atomic temporary file rather than through an in-memory copy of the encoded frame.
+Channel planes must be C-contiguous: the binding ignores numpy strides for planes (a strided
+view is written wrong); an (H, W, 3) R/G/B layer is read through its strides.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows import workers
+from flows.cluster import ALLOCATOR_ENV
 from flows.workers import visible_gpus, worker_commands
 from tests.shot_helpers import make_plate
 
@@ -41,14 +42,20 @@ def _flag(cmd: list[str], name: str) -> str | None:
     return cmd[cmd.index(name) + 1] if name in cmd else None
 
 
+@pytest.fixture(autouse=True)
+def _default_allocator(monkeypatch):
+    for key in ALLOCATOR_ENV:
+        monkeypatch.delenv(key, raising=False)
+
+
 def test_auto_starts_one_gpu_worker_per_visible_device(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert visible_gpus("auto") == ["2", "3"]
     commands = worker_commands(ADDRESS, "auto")
     assert [env for _cmd, env in commands] == [
-        {"CUDA_VISIBLE_DEVICES": "2"},
-        {"CUDA_VISIBLE_DEVICES": "3"},
+        {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "2"},
+        {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "3"},
     ]
     for cmd, _env in commands:
         assert cmd[:4] == [sys.executable, "-m", "distributed.cli.dask_worker", ADDRESS]
@@ -63,7 +70,7 @@ def test_a_count_takes_the_first_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 2, 3 ,")
     assert visible_gpus("1") == ["2"]
     ((cmd, env),) = worker_commands(ADDRESS, "1", nthreads=2, memory_limit="8GB")
-    assert env == {"CUDA_VISIBLE_DEVICES": "2"}
+    assert env == {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "2"}
     assert (_flag(cmd, "--nthreads"), _flag(cmd, "--memory-limit")) == ("2", "8GB")
 
 
@@ -71,8 +78,9 @@ def test_zero_gpus_gives_one_cpu_worker_without_the_gpu_resource(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setattr(workers, "local_gpu_count", lambda: pytest.fail("looked for GPUs"))
     assert visible_gpus("0") == []
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own setting stays
     ((cmd, env),) = worker_commands(ADDRESS, "0")
-    assert env == {}
+    assert env == {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
     assert "--resources" not in cmd and "GPU=1" not in cmd
     assert _flag(cmd, "--name").startswith("cpu-")
 
