@@ -157,6 +157,7 @@ class Checkpoint(BaseModel):
     sha256: str
     arch: str
     task: str
+    family: str = Field(description="sapiens2, or sapiens1 (Sapiens v1)")
     path: str
     trained: bool
     size_bytes: int | None

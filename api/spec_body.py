@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from api.params import NAME_PATTERN, TEXT_PATTERN
-from schemas.spec import ALL_PASSES, MODEL_SIZES, PassName, ShotSpec, TilingSpec
+from schemas.spec import ALL_PASSES, MODEL_SIZES, Family, PassName, ShotSpec, TilingSpec
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f\ufffd"
 # What str.strip() removes (besides control characters): a plate must hold something else.
@@ -58,6 +58,11 @@ class SpecBody(ShotSpec):
     )
     colorspace: Text | None = Field(None, description="plate colour space; None: guess")
     passes: Annotated[tuple[PassName, ...], Field(min_length=1)] = ALL_PASSES
+    family: Family = Field(
+        "sapiens2",
+        description="model family of normal, seg and pose (depth is Sapiens v1's own; "
+        "pointmap, albedo and matte Sapiens2's)",
+    )
     model_size: ModelSize = "auto"
     checkpoints: dict[PassName, Text] = Field(
         default_factory=dict, description="checkpoint file per pass, under the allowed roots"

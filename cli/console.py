@@ -27,6 +27,13 @@ EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 EXIT_CODES = {"complete": EXIT_OK, "partial": EXIT_PARTIAL}
 T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+FamilyOpt = Annotated[
+    str,
+    typer.Option(
+        help="sapiens2|sapiens1: the model family of normal, seg and pose (depth is Sapiens "
+        "v1's own, pointmap, albedo and matte Sapiens2's)"
+    ),
+]
 # Options of the commands that submit many shots at once (scan, submit-edit).
 GuessedColourOpt = Annotated[
     str | None, typer.Option(help="plate colour space (default: guessed per plate)")

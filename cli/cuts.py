@@ -26,6 +26,7 @@ from storage.sequences import PlateSequence, discover_sequence
 from .console import (
     EXIT_FAILED,
     EXIT_OK,
+    FamilyOpt,
     GuessedColourOpt,
     JsonOpt,
     err,
@@ -66,7 +67,10 @@ def submit_edit(
     passes: Annotated[str, typer.Option(help="comma-separated")] = (
         "normal,pointmap,albedo,matte,seg,pose"
     ),
-    model_size: Annotated[str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b")] = "auto",
+    family: FamilyOpt = "sapiens2",
+    model_size: Annotated[
+        str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b)")
+    ] = "auto",
     output: Annotated[
         str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
     ] = None,
@@ -97,6 +101,7 @@ def submit_edit(
     shared = absolute_paths(
         {
             "passes": passes,
+            "family": family,
             "model_size": model_size,
             "output_root": output,
             "colorspace": colorspace,

@@ -31,6 +31,7 @@ from .catalog import read_jobs, show_jobs
 from .console import (
     EXIT_CODES,
     EXIT_FAILED,
+    FamilyOpt,
     JsonOpt,
     console,
     err,
@@ -65,18 +66,23 @@ def submit(
     shot: Annotated[str, typer.Option(help="SHOW/SEQ/SHOT")],
     frames: Annotated[str | None, typer.Option(help="frame range, e.g. 1001-1100")] = None,
     colorspace: Annotated[str | None, typer.Option(help="plate colour space")] = None,
-    passes: Annotated[str, typer.Option(help="comma-separated")] = (
-        "normal,pointmap,albedo,matte,seg,pose"
-    ),
+    passes: Annotated[
+        str, typer.Option(help="comma-separated; also depth (Sapiens v1's relative depth)")
+    ] = "normal,pointmap,albedo,matte,seg,pose",
+    family: FamilyOpt = "sapiens2",
     model_size: Annotated[
         str,
         typer.Option(
-            help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b; auto: the largest size with a checkpoint "
-            "for every pass under the checkpoint root (SVFX_MODEL_SIZE first), tiny untrained "
-            "models only without checkpoints"
+            help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b); auto: the "
+            "largest size with a checkpoint for every pass under the checkpoint root "
+            "(SVFX_MODEL_SIZE first), tiny untrained models only without checkpoints"
         ),
     ] = "auto",
     checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
+    checkpoint: Annotated[
+        list[str] | None,
+        typer.Option(help="PASS=FILE: this checkpoint for this pass (repeatable)"),
+    ] = None,
     output: Annotated[
         str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
     ] = None,
@@ -101,8 +107,10 @@ def submit(
         "frames": frames,
         "colorspace": colorspace,
         "passes": passes,
+        "family": family,
         "model_size": model_size,
         "checkpoint_root": checkpoint_root,
+        "checkpoints": pass_files(checkpoint or []),
         "output_root": output,
         "version": version,
         "chunk_frames": chunk_frames,
@@ -197,7 +205,27 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
         value = out.get(key)
         if isinstance(value, str) and value and "://" not in value:
             out[key] = os.path.abspath(os.path.expanduser(value))
+    if isinstance(out.get("checkpoints"), dict):
+        out["checkpoints"] = {
+            name: os.path.abspath(os.path.expanduser(path))
+            for name, path in out["checkpoints"].items()
+        }
     return out
+
+
+def pass_files(values: list[str]) -> dict[str, str]:
+    """`--checkpoint PASS=FILE` options as {pass: file}; a malformed one is refused."""
+    files: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise fail(
+                f"--checkpoint {value!r}: expected PASS=FILE, e.g. depth=ckpt/depth.safetensors"
+            )
+        if name.strip() in files:
+            raise fail(f"--checkpoint: two files for the {name.strip()} pass")
+        files[name.strip()] = path.strip()
+    return files
 
 
 def _plan(spec: ShotSpec, settings: Settings, inputs: ShotInputs) -> ShotPlan:

@@ -41,6 +41,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         root=spec.checkpoint_root or settings.checkpoint_root,
         untrained_dir=settings.home / "checkpoints" / "untrained",
         preferred=settings.model_size,
+        family=spec.family,
     )
     verify_checkpoints(choice.checkpoints)  # header, shapes, finiteness: once per file
     plate = PlateInfo(

@@ -11,7 +11,7 @@ from typing import Any
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, PlateInfo
 from storage.sequences import PlateSequence
-from storage.zarr_store import shard_of
+from storage.zarr_store import KEYPOINTS, shard_of
 from tasks.checkpoints import CheckpointRef
 from tasks.chunk_worker import ChunkJob
 from tasks.output_paths import ShotOutputPaths
@@ -34,6 +34,12 @@ class ShotPlan:
     @property
     def untrained(self) -> list[str]:
         return [name for name, ref in self.checkpoints.items() if not ref.trained]
+
+    @property
+    def keypoints(self) -> int:
+        """The pose model's keypoint count (308; a Sapiens v1 COCO model 17 or 133)."""
+        pose = self.checkpoints.get("pose")
+        return pose.outputs if pose is not None and pose.outputs else KEYPOINTS
 
     def expected_key(self, plate_sha256: str) -> str:
         shas = [ref.sha256 for ref in self.checkpoints.values()]

@@ -220,11 +220,13 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
     options = plan.storage_options or None
     with writing(plan.paths.zarr, None):
         try:
-            create_shot_store(*args, storage_options=options)
+            create_shot_store(*args, storage_options=options, keypoints=plan.keypoints)
             return False
         except StorageError as exc:
             log.warning("%s; replacing it and redoing every frame", exc)
-            create_shot_store(*args, storage_options=options, overwrite=True)
+            create_shot_store(
+                *args, storage_options=options, overwrite=True, keypoints=plan.keypoints
+            )
             return True
 
 
@@ -259,6 +261,7 @@ def _finalize(
         only_missing=not new,
         storage_options=plan.storage_options,
         albedo_colorspace=working_space_for(plan.plate.colorspace),
+        keypoints=plan.keypoints,
     )
     try:
         if new:  # new previews to read: on a worker, not in the flow

@@ -385,3 +385,35 @@ def _keypoint_set(count: int) -> tuple[str, tuple[str, ...], tuple[int, ...]]:
     if found is None:
         raise ValueError(f"no keypoint set has {count} points; known: {sorted(KEYPOINT_SETS)}")
     return found
+
+
+def _wholebody_hand_links(side: str) -> list[tuple[str, str, RGB]]:
+    """Root -> 1 -> 2 -> 3 -> 4 for each finger of a COCO-WholeBody hand."""
+    links = []
+    for finger in _FINGERS:
+        chain = [f"{side}_hand_root"] + [f"{side}_{finger}{j}" for j in "1234"]
+        links += [(a, b, _FINGER_COLORS[finger]) for a, b in pairwise(chain)]
+    return links
+
+
+_ALL_NAMED_LINKS = [
+    *_NAMED_LINKS,
+    *_wholebody_hand_links("left"),
+    *_wholebody_hand_links("right"),
+]
+
+
+def skeleton_for(count: int) -> tuple[tuple[tuple[int, int], ...], tuple[RGB, ...]]:
+    """The links (keypoint index pairs) of a `count`-point set and their colours: every
+    named link whose two ends the set has (308: SKELETON; 17: the COCO body; 133: body, feet
+    and hands)."""
+    if count == len(KEYPOINT_NAMES):
+        return SKELETON, SKELETON_COLORS
+    index = {name: i for i, name in enumerate(keypoint_names_for(count))}
+    links = {(a, b): c for a, b, c in _ALL_NAMED_LINKS if a in index and b in index}
+    return tuple((index[a], index[b]) for a, b in links), tuple(links.values())
+
+
+def keypoint_colors_for(count: int) -> tuple[RGB, ...]:
+    """Drawing colours of a `count`-point set's keypoints (by region for 308, else one)."""
+    return KEYPOINT_COLORS if count == len(KEYPOINT_NAMES) else (_CENTRE,) * count

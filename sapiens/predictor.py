@@ -11,7 +11,8 @@ and returns numpy, channels last:
   normal   (B, H, W, 3)  unit vectors, camera space (OpenCV axes: +x right, +y down, +z fwd)
   albedo   (B, H, W, 3)  in [0, 1], model encoding (convert back to scene-linear downstream)
   pointmap (B, H, W, 3)  metric XYZ; plus `focal` (B,) in input pixels, `pointmap_scale` (B,)
-  seg      (B, H, W, 29) softmax probabilities (labels = argmax)
+  seg      (B, H, W, 29) softmax probabilities (labels = argmax); v1: 28 classes
+  depth    (B, H, W, 1)  Sapiens v1's relative depth, raw (foreground-normalised downstream)
   matte    (B, H, W)     alpha in [0, 1]; plus `matte_fg` (B, H, W, 3) when the head has it
   features (B, C, h, w)  backbone feature map (pretrain backbones, incl. the 4K variant)
 
@@ -45,6 +46,7 @@ PASS_TASKS = {
     "seg": "seg",
     "matte": "matting",
     "pose": "pose",
+    "depth": "depth",  # Sapiens v1 only: relative depth
     "features": None,
 }
 LETTERBOXED = {"normal", "albedo", "pointmap"}
@@ -122,7 +124,8 @@ class Predictor:
           albedo   (B, 3, H, W)  in [0, 1], model encoding
           pointmap (B, 3, H, W)  metric XYZ; plus `focal` (B,) in input pixels and
                                  `pointmap_scale` (B,)
-          seg      (B, C, H, W)  softmax probabilities
+          seg      (B, C, H, W)  softmax probabilities (29 classes; v1: 28)
+          depth    (B, 1, H, W)  v1's relative depth, as the network gives it
           matte    (B, 1, H, W)  alpha; plus `matte_fg` (B, 3, H, W) when the head has it
           features (B, C, h, w)  backbone feature map
 
@@ -181,6 +184,8 @@ class Predictor:
             return {"albedo": restore(post.albedo_rgb(raw), geom)}
         if name == "seg":
             return {"seg": post.seg_probabilities(restore(raw.float(), geom))}
+        if name == "depth":
+            return {"depth": restore(raw.float(), geom)}
         if name == "matte":
             alpha, fg = post.split_matte(raw)
             result = {"matte": restore(alpha, geom)}

@@ -22,3 +22,8 @@ V1_SEG_CLASSES: tuple[str, ...] = (
     "Upper_Clothing", "Lower_Lip", "Upper_Lip", "Lower_Teeth", "Upper_Teeth", "Tongue",
 )  # fmt: skip
 assert len(V1_SEG_CLASSES) == 28
+
+
+def seg_classes_for(family: str) -> tuple[str, ...]:
+    """The class names of a family's seg model, in output-channel order."""
+    return V1_SEG_CLASSES if family == "sapiens1" else SEG_CLASSES

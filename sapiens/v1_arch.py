@@ -58,6 +58,18 @@ V1_SIZES: dict[str, tuple[int, int, int, int]] = {
     "sapiens_2b": _row(1920, 48, 32),
 }
 V1_ARCH_NAMES = tuple(V1_SIZES)
+# Not a released size: the small v1 the platform builds with random (untrained) weights when
+# no checkpoint covers a v1 pass (the demo, the tests), as `sapiens2_tiny` is for Sapiens2.
+# Its heads have the released number of deconvolutions per task (so its outputs come at the
+# released resolutions) but few channels.
+V1_TINY = "sapiens1_tiny"
+V1_TINY_DIMS = _row(96, 3, 4)
+V1_TINY_HEADS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "seg": ((32, 16, 16), (16,)),
+    "depth": ((32, 16, 16, 16), (16,)),
+    "normal": ((32, 16, 16), (16, 16)),
+    "pose": ((32, 16), (16,)),
+}
 
 # task: (deconv channels, conv channels (1x1), output channels) of the released heads.
 V1_HEADS: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]] = {
@@ -77,9 +89,15 @@ def canonical_v1(arch: str) -> str:
     name = arch.strip().lower().replace("sapiens1_", "sapiens_", 1)
     if not name.startswith("sapiens_"):
         name = f"sapiens_{name}"
+    if name == "sapiens_tiny":
+        return V1_TINY
     if name not in V1_SIZES:
         raise ValueError(f"unknown Sapiens v1 arch {arch!r}; known: {', '.join(V1_SIZES)}")
     return name
+
+
+def _dims(name: str) -> tuple[int, int, int, int]:
+    return V1_TINY_DIMS if name == V1_TINY else V1_SIZES[name]
 
 
 def pos_grid_for(input_hw: tuple[int, int]) -> tuple[int, int]:
@@ -96,7 +114,7 @@ def v1_backbone_spec(
     """The backbone of a released v1 model. Task models store a 64x48 position grid; the
     pretrain backbone a 64x64 grid with a cls slot (and `cls_token`), as MAE saved it."""
     name = canonical_v1(arch)
-    c, depth, heads, ffn = V1_SIZES[name]
+    c, depth, heads, ffn = _dims(name)
     if task is not None and task not in TASKS:
         raise ValueError(f"unknown Sapiens v1 task {task!r}; known: {', '.join(TASKS)}")
     hw = input_hw or (NATIVE_INPUT_HW if task else PRETRAIN_INPUT_HW)
@@ -154,7 +172,12 @@ def v1_info(
 ) -> ModelInfo:
     """The description `make_model` builds a released v1 model from."""
     spec = v1_backbone_spec(arch, task, input_hw=input_hw)
-    head = v1_head_spec(task, spec.embed_dim, num_keypoints=num_keypoints) if task else None
+    head = None
+    if task is not None:
+        deconv, conv = V1_TINY_HEADS[task] if spec.name == V1_TINY else (None, None)
+        head = v1_head_spec(
+            task, spec.embed_dim, num_keypoints=num_keypoints, deconv=deconv, conv=conv
+        )
     hw = input_hw or (NATIVE_INPUT_HW if task else PRETRAIN_INPUT_HW)
     return ModelInfo(spec.name, task, spec, head, input_hw=hw)
 
@@ -292,7 +315,7 @@ def _v1_backbone(
 
 
 def _size_name(c: int, depth: int, ffn: int, num_heads: int | None) -> tuple[str, int]:
-    for name, (sc, sd, sh, sf) in V1_SIZES.items():
+    for name, (sc, sd, sh, sf) in {**V1_SIZES, V1_TINY: V1_TINY_DIMS}.items():
         if (sc, sd, sf) == (c, depth, ffn) and num_heads in (None, sh):
             return name, sh
     if num_heads is not None:

@@ -14,11 +14,18 @@ from typing import Annotated, Any, Literal
 import fileseq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-PassName = Literal["normal", "pointmap", "albedo", "matte", "seg", "pose"]
+PassName = Literal["normal", "pointmap", "depth", "albedo", "matte", "seg", "pose"]
+# What a shot gets when it names no passes: every Sapiens2 pass.
 ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
+# Every pass there is, in the canonical order: `depth` (relative depth) is Sapiens v1's only.
+KNOWN_PASSES: tuple[str, ...] = ("normal", "pointmap", "depth", "albedo", "matte", "seg", "pose")
+Family = Literal["sapiens2", "sapiens1"]
 # "auto": the largest size with a checkpoint for every pass under the checkpoint root (or
 # SVFX_MODEL_SIZE when it has them all); the tiny untrained models only without checkpoints.
-MODEL_SIZES: tuple[str, ...] = ("auto", "tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b")
+# Sapiens2 sizes, then the Sapiens v1 sizes that are no Sapiens2 size.
+MODEL_SIZES: tuple[str, ...] = (
+    "auto", "tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b", "0.3b", "0.6b", "2b",
+)  # fmt: skip
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -76,6 +83,12 @@ class ShotSpec(BaseModel):
     frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
     colorspace: str | None = Field(None, description="plate colour space; None: guess")
     passes: tuple[PassName, ...] = ALL_PASSES
+    family: Family = Field(
+        "sapiens2",
+        description="model family of the passes both families have (normal, seg, pose); a "
+        "pass only one family has runs on that one (depth: Sapiens v1; pointmap, albedo, "
+        "matte: Sapiens2)",
+    )
     model_size: str = "auto"
     checkpoints: dict[PassName, str] = Field(default_factory=dict)
     checkpoint_root: str | None = None
@@ -116,15 +129,16 @@ class ShotSpec(BaseModel):
         if isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
         if isinstance(value, list | tuple):
-            unknown = [p for p in value if p not in ALL_PASSES]
+            unknown = [p for p in value if p not in KNOWN_PASSES]
             if unknown:
                 raise ValueError(
-                    f"unknown pass {', '.join(map(repr, unknown))}; known: {', '.join(ALL_PASSES)}"
+                    f"unknown pass {', '.join(map(repr, unknown))}; "
+                    f"known: {', '.join(KNOWN_PASSES)}"
                 )
             if not value:
                 raise ValueError("no passes asked for")
             # canonical order, no repeats
-            return tuple(p for p in ALL_PASSES if p in value)
+            return tuple(p for p in KNOWN_PASSES if p in value)
         return value
 
     @field_validator("model_size")
@@ -157,12 +171,13 @@ class ShotSpec(BaseModel):
     # -- derived -----------------------------------------------------------------------
     @property
     def model_passes(self) -> tuple[str, ...]:
-        """Passes the models must compute: pose needs person boxes from seg or matte, so a
-        pose-only job also runs seg (not written)."""
+        """Passes the models must compute: pose needs person boxes, and relative depth is
+        normalised over the person, both from seg or matte, so a job without either also runs
+        seg (not written)."""
         passes = list(self.passes)
-        if "pose" in passes and not {"seg", "matte"} & set(passes):
-            passes.insert(passes.index("pose"), "seg")
-        return tuple(passes)
+        if {"pose", "depth"} & set(passes) and not {"seg", "matte"} & set(passes):
+            passes.append("seg")
+        return tuple(p for p in KNOWN_PASSES if p in passes)
 
     @property
     def shot_path(self) -> str:

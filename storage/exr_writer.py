@@ -6,6 +6,7 @@ Parts, channels, pixel types and compression follow ARCHITECTURE.md ("Outputs"):
 |------------------|------------------------------------|-------|------------|
 | `N`              | `N.x N.y N.z`                      | half  | `normal`   |
 | `P`              | `P.x P.y P.z depth.Z`              | float | `pointmap` |
+| `relDepth`       | `relDepth.Z`                       | float | `depth`    |
 | `albedo`         | `albedo.R albedo.G albedo.B`       | half  | `albedo`   |
 | `matte`          | `matte.A`                          | half  | `matte`    |
 | `CryptoBodyPart` | `CryptoBodyPart00..02.R/G/B/A`     | float | `seg`      |
@@ -59,11 +60,13 @@ from storage.frame import Box, Frame
 log = logging.getLogger(__name__)
 
 CRYPTO_LAYER = "CryptoBodyPart"
-PART_ORDER: tuple[str, ...] = ("N", "P", "albedo", "matte", CRYPTO_LAYER, "seg")
+REL_DEPTH_LAYER = "relDepth"  # Sapiens v1's relative depth: never Nuke's metric depth.Z
+PART_ORDER: tuple[str, ...] = ("N", "P", REL_DEPTH_LAYER, "albedo", "matte", CRYPTO_LAYER, "seg")
 # Pixel type of each part's channels (Cryptomatte is float32: never half, never DWA).
 PART_DTYPES: dict[str, type[np.generic]] = {
     "N": np.float16,
     "P": np.float32,
+    REL_DEPTH_LAYER: np.float32,
     "albedo": np.float16,
     "matte": np.float16,
     CRYPTO_LAYER: np.float32,
@@ -72,6 +75,7 @@ PART_DTYPES: dict[str, type[np.generic]] = {
 PASS_OF_PART: dict[str, str] = {
     "N": "normal",
     "P": "pointmap",
+    REL_DEPTH_LAYER: "depth",
     "albedo": "albedo",
     "matte": "matte",
     CRYPTO_LAYER: "seg",
@@ -84,6 +88,7 @@ CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on the seg part: seg.id -> 
 _PART_CHANNELS: dict[str, tuple[str, ...]] = {
     "N": ("N.x", "N.y", "N.z"),
     "P": ("P.x", "P.y", "P.z", "depth.Z"),
+    REL_DEPTH_LAYER: ("relDepth.Z",),
     "albedo": ("albedo.R", "albedo.G", "albedo.B"),
     "matte": ("matte.A",),
     "seg": ("seg.id",),
@@ -92,6 +97,10 @@ _PART_CHANNELS: dict[str, tuple[str, ...]] = {
 _PART_CONTENT = {
     "N": "camera-space unit normals",
     "P": "camera-space position in metres; depth.Z = P.z (distance along the forward axis)",
+    REL_DEPTH_LAYER: (
+        "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 farthest, "
+        "-1 elsewhere (metric depth is depth.Z in P)"
+    ),
     "albedo": "scene-linear albedo",
     "matte": "person alpha",
     CRYPTO_LAYER: "Cryptomatte of the body-part classes (coverage = class probability)",

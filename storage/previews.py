@@ -96,6 +96,19 @@ def depth_rgb(
     return rgb
 
 
+def relative_depth_rgb(depth: np.ndarray) -> np.ndarray:
+    """Relative depth (H, W): 0 nearest to 1 farthest over the person, negative or NaN
+    elsewhere, as the same ramp as `depth_rgb` (near = red, far = blue); elsewhere black."""
+    values = np.asarray(depth, dtype=np.float32)
+    valid = np.isfinite(values) & (values >= 0)
+    t = np.clip(1.0 - np.where(valid, values, 1.0), 0.0, 1.0)
+    rgb = np.stack(
+        [np.interp(t, _RAMP_POSITIONS, _RAMP_COLOURS[:, c]) for c in range(3)], axis=-1
+    ).astype(np.uint8)
+    rgb[~valid] = 0
+    return rgb
+
+
 def plate_rgb(pixels: np.ndarray) -> np.ndarray:
     """Display-encoded plate pixels (float in [0, 1] or uint8; RGB or RGBA) as uint8 RGB."""
     values = np.asarray(pixels)
@@ -138,11 +151,13 @@ def pass_preview(
     max_side: int = MAX_SIDE,
     pixel_aspect: float = 1.0,
 ) -> np.ndarray:
-    """The thumbnail of one pass (`normal`, `pointmap`, `albedo`, `matte`, `seg`)."""
+    """The thumbnail of one pass (`normal`, `pointmap`, `depth`, `albedo`, `matte`, `seg`)."""
     if pass_name == "normal":
         rgb = normal_rgb(data)
     elif pass_name == "pointmap":
         rgb = depth_rgb(data, inverse_depth_range)
+    elif pass_name == "depth":
+        rgb = relative_depth_rgb(data)
     elif pass_name == "albedo":
         rgb = albedo_rgb(data)
     elif pass_name == "matte":

@@ -9,12 +9,16 @@ Layout (one group per shot, created once by the flow before any worker writes):
 | `albedo`   | (T, H, W, 3)   | f2    | frame, y, x, c                    | NaN   |
 | `matte`    | (T, H, W)      | f2    | frame, y, x                       | NaN   |
 | `seg`      | (T, H, W)      | u1    | frame, y, x                       | 255   |
-| `pose`     | (T, P, 308, 3) | f4    | frame, person, keypoint, xys      | NaN   |
+| `depth`    | (T, H, W)      | f4    | frame, y, x                       | NaN   |
+| `pose`     | (T, P, K, 3)   | f4    | frame, person, keypoint, xys      | NaN   |
 | `frame`    | (T,)           | i8    | frame (the plate frame numbers)   | -1    |
 | `frame_key`| (T, 32)        | u1    | frame, digest                     | 0     |
 
 The fill values mark what was never written (a failed frame reads as NaN / 255, never as a
-plausible zero); `pose` holds (x, y, score) per keypoint and NaN for absent people.
+plausible zero); `pose` holds (x, y, score) per keypoint (K = 308, or 17 or 133 for a
+Sapiens v1 COCO pose model) and NaN for absent people. `depth` is Sapiens v1's *relative*
+depth (over the person 0 nearest to 1 farthest, -1 elsewhere), not metric: metric depth is
+`pointmap[..., 2]`. Each array says what it holds in its `content` attribute.
 
 `frame_key` is each frame's commit mark: the sha256 digest of the cache key its passes were
 made with, written after every pass of the frame and zeroed before any pass is rewritten.
@@ -70,7 +74,7 @@ ZARR_COMPRESSOR = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle
 class PassLayout:
     """How one pass is laid out: per-frame trailing shape, dtype, dimension names, fill."""
 
-    trailing: tuple[int | str, ...]  # "P" stands for max_people
+    trailing: tuple[int | str, ...]  # "P" stands for max_people, "K" for the keypoint count
     dtype: str
     dims: tuple[str, ...]
     fill: float | int
@@ -82,9 +86,20 @@ PASS_LAYOUTS: dict[str, PassLayout] = {
     "albedo": PassLayout(("H", "W", 3), "float16", ("frame", "y", "x", "c"), np.nan),
     "matte": PassLayout(("H", "W"), "float16", ("frame", "y", "x"), np.nan),
     "seg": PassLayout(("H", "W"), "uint8", ("frame", "y", "x"), SEG_FILL),
-    "pose": PassLayout(
-        ("P", KEYPOINTS, 3), "float32", ("frame", "person", "keypoint", "xys"), np.nan
+    "depth": PassLayout(("H", "W"), "float32", ("frame", "y", "x"), np.nan),
+    "pose": PassLayout(("P", "K", 3), "float32", ("frame", "person", "keypoint", "xys"), np.nan),
+}
+ARRAY_CONTENT = {
+    "normal": "camera-space unit normals (OpenCV axes: +x right, +y down, +z forward)",
+    "pointmap": "camera-space position in metres; [..., 2] is metric depth",
+    "albedo": "scene-linear albedo in the plate's working space",
+    "matte": "person alpha",
+    "seg": "body-part class index (names in the provenance attribute's class list)",
+    "depth": (
+        "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 farthest, "
+        "-1 elsewhere"
     ),
+    "pose": "per person and keypoint: x, y in plate pixels and a score; NaN: no person",
 }
 
 
@@ -99,7 +114,7 @@ def shard_frames(
     height: int, width: int, passes: Sequence[str], max_people: int, wanted: int
 ) -> int:
     """Frames per shard: ``wanted``, fewer when the largest array's frame is big."""
-    sizes = {"H": height, "W": width, "P": max_people}
+    sizes = {"H": height, "W": width, "P": max_people, "K": KEYPOINTS}
     largest = 1
     for name in passes:
         spec = PASS_LAYOUTS.get(name)
@@ -148,15 +163,17 @@ def create_shot_store(
     frames_per_shard: int,
     storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
+    keypoints: int = KEYPOINTS,
 ) -> None:
     """Create the shot's group and arrays once, before any frame is written.
 
     If a store with the same layout already exists it is kept as is (a re-run fills in the
     frames it is missing); a store with a different layout is refused unless `overwrite`.
+    `keypoints` is the pose model's keypoint count.
     """
     frame_numbers = [int(frame) for frame in frames]
     _check_layout_args(uri, frame_numbers, height, width, passes, max_people, frames_per_shard)
-    layout = {
+    layout: dict[str, Any] = {
         "format": STORE_FORMAT,
         "frames_per_shard": frames_per_shard,
         "height": height,
@@ -164,10 +181,10 @@ def create_shot_store(
         "max_people": max_people,
         "passes": [name for name in PASS_LAYOUTS if name in passes],
     }
+    if keypoints != KEYPOINTS:  # stores made before it was recorded hold 308
+        layout["keypoints"] = keypoints
     with _opened(uri, storage_options, read_only=False) as store:
-        _create_in(
-            uri, store, layout, frame_numbers, provenance, height, width, max_people, overwrite
-        )
+        _create_in(uri, store, layout, frame_numbers, provenance, overwrite)
 
 
 def _create_in(
@@ -176,9 +193,6 @@ def _create_in(
     layout: dict[str, Any],
     frame_numbers: list[int],
     provenance: Mapping[str, Any],
-    height: int,
-    width: int,
-    max_people: int,
     overwrite: bool,
 ) -> None:
     frames_per_shard = int(layout["frames_per_shard"])
@@ -216,7 +230,7 @@ def _create_in(
         fill_value=0,
         dimension_names=("frame", "digest"),
     )
-    sizes = {"H": height, "W": width, "P": max_people}
+    sizes = _sizes(layout)
     for name in layout["passes"]:
         spec = PASS_LAYOUTS[name]
         trailing = tuple(sizes[d] if isinstance(d, str) else d for d in spec.trailing)
@@ -229,7 +243,18 @@ def _create_in(
             compressors=[ZARR_COMPRESSOR],
             fill_value=spec.fill,
             dimension_names=spec.dims,
+            attributes={"content": ARRAY_CONTENT[name]},
         )
+
+
+def _sizes(layout: Mapping[str, Any]) -> dict[str, int]:
+    """What the letters of `PassLayout.trailing` stand for in a store's layout."""
+    return {
+        "H": int(layout["height"]),
+        "W": int(layout["width"]),
+        "P": int(layout["max_people"]),
+        "K": int(layout.get("keypoints", KEYPOINTS)),
+    }
 
 
 def open_shot_store(
@@ -317,7 +342,7 @@ class ShotStoreWriter:
 
     def _prepare(self, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         if name == "pose" and not isinstance(value, np.ndarray):
-            return _pose_block(value, self.max_people)
+            return _pose_block(value, self.max_people, shape[1])
         block = np.asarray(value)
         if block.shape != shape:
             raise ValueError(f"expected shape {shape}, got {block.shape}")
@@ -416,16 +441,16 @@ def read_stored_frame(
         close_store(group.store)
 
 
-def _pose_block(people: Sequence[Any], max_people: int) -> np.ndarray:
-    """(P, 308, 3) x/y/score from a list of people; NaN rows for absent people."""
-    block = np.full((max_people, KEYPOINTS, 3), np.nan, dtype=np.float32)
+def _pose_block(people: Sequence[Any], max_people: int, count: int = KEYPOINTS) -> np.ndarray:
+    """(P, K, 3) x/y/score from a list of people; NaN rows for absent people."""
+    block = np.full((max_people, count, 3), np.nan, dtype=np.float32)
     rows = []
     for person in people:
         keypoints = np.asarray(_field(person, "keypoints"), dtype=np.float32)
         scores = np.asarray(_field(person, "scores"), dtype=np.float32)
-        if keypoints.shape != (KEYPOINTS, 2) or scores.shape != (KEYPOINTS,):
+        if keypoints.shape != (count, 2) or scores.shape != (count,):
             raise ValueError(
-                f"each person needs keypoints ({KEYPOINTS}, 2) and scores ({KEYPOINTS},), "
+                f"each person needs keypoints ({count}, 2) and scores ({count},), "
                 f"got {keypoints.shape} and {scores.shape}"
             )
         rows.append(np.concatenate([keypoints, scores[:, None]], axis=1))

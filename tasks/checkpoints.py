@@ -8,9 +8,13 @@ The tiny untrained models are used only when there is no root or the root holds 
 `*.safetensors` at all; a root with real checkpoints that no single size completes is an
 error that says which size has which pass, never a silent fall-back to random weights.
 
-Sapiens v1 files (`svfx models convert`) are described and listed too, told apart by their
-tensors, but never chosen for a pass: the passes run Sapiens2 models, and a v1 file given
-explicitly is refused with the reason.
+Two families (`PASS_FAMILIES`): Sapiens2, and Sapiens v1 (files made by `svfx models
+convert`), told apart by their tensors. A pass both have (normal, seg, pose) runs on the
+family the job asks for (`--family`, Sapiens2 by default); a pass only one has runs on that
+one: relative depth on v1, pointmap, albedo and matte on Sapiens2. Each family's passes get
+their own size (`auto`: the largest of that family covering them). An explicit file is used
+for its pass whatever `--family` says, unless its family has no such pass (a v1 file for
+pointmap, a Sapiens2 file for depth): that is refused, naming the pass and the file.
 
 Checkpoints are local files (copy released weights to node-local disk once per node;
 stack-notes.md section 7): the workers memory-map them.
@@ -37,22 +41,39 @@ from sapiens.checkpoint_arch import (
 from sapiens.errors import CheckpointError
 from sapiens.loading import read_header, sha256_file
 from sapiens.predictor import PASS_TASKS
+from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import TASKS as V1_TASKS
+from sapiens.v1_arch import canonical_v1
 
 from .checkpoint_errors import CheckpointChoiceError
 
 UNTRAINED_SEED = 20260401
 # The tiny test size is built with a small native input so CPU runs take seconds, not minutes.
-UNTRAINED_INPUT_HW = {"sapiens2_tiny": (256, 192)}
+UNTRAINED_INPUT_HW = {"sapiens2_tiny": (256, 192), "sapiens1_tiny": (256, 192)}
 
 AUTO_SIZE = "auto"
+SAPIENS2 = "sapiens2"
 # The sizes `auto` may pick, smallest first; it takes the largest that covers every pass.
 # The 4K variant (1b-4k) is left out: it tiles differently (whole 4K frames, padded to 64 px)
 # and costs far more per frame, so it runs only when asked (--model-size or SVFX_MODEL_SIZE).
 AUTO_SIZE_ORDER = ("tiny", "0.1b", "0.4b", "0.8b", "1b", "5b")
 KNOWN_SIZES = (*AUTO_SIZE_ORDER, "1b-4k")
+# Sapiens v1's sizes ("tiny": the untrained stand-in; the others are released).
+V1_AUTO_SIZE_ORDER = ("tiny", "0.3b", "0.6b", "1b", "2b")
+SIZE_ORDER = {SAPIENS2: AUTO_SIZE_ORDER, SAPIENS1: V1_AUTO_SIZE_ORDER}
+FAMILY_SIZES = {SAPIENS2: KNOWN_SIZES, SAPIENS1: V1_AUTO_SIZE_ORDER}
+FAMILY_NAMES = {SAPIENS2: "Sapiens2", SAPIENS1: "Sapiens v1"}
+# The families that have each pass, the one a pass falls back to first.
+PASS_FAMILIES: dict[str, tuple[str, ...]] = {
+    "normal": (SAPIENS2, SAPIENS1),
+    "seg": (SAPIENS2, SAPIENS1),
+    "pose": (SAPIENS2, SAPIENS1),
+    "pointmap": (SAPIENS2,),
+    "albedo": (SAPIENS2,),
+    "matte": (SAPIENS2,),
+    "depth": (SAPIENS1,),
+}
 UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
-SAPIENS2 = "sapiens2"
 
 
 @dataclass(frozen=True)
@@ -65,7 +86,8 @@ class CheckpointRef:
     task: str  # normal, albedo, pointmap, seg, pose, matting, pretrain (v1 also depth)
     trained: bool
     size_bytes: int
-    family: str = SAPIENS2  # or "sapiens1" (v1, ECCV 2024): listed, never chosen for a pass
+    family: str = SAPIENS2  # or "sapiens1" (v1, ECCV 2024)
+    outputs: int | None = None  # the head's output channels: classes (seg), keypoints (pose)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -112,13 +134,15 @@ def describe_checkpoint(path: str | os.PathLike[str]) -> CheckpointRef:
             trained=info.trained,
             size_bytes=Path(path).stat().st_size,
             family=info.family,
+            outputs=info.head.out_channels if info.head else None,
         )
     kind, backbone_shapes, head_shapes = describe_layout(path, shapes)
     try:
         spec = infer_backbone(backbone_shapes)
-        task = "pretrain"
+        task, outputs = "pretrain", None
         if kind == "task":
-            task = infer_head(head_shapes, spec.embed_dim)[0].task
+            head = infer_head(head_shapes, spec.embed_dim)[0]
+            task, outputs = head.task, head.out_channels
     except ValueError as exc:
         raise CheckpointError(path, str(exc)) from None
     arch = f"{spec.name}_4k" if spec.has_tokenizer else spec.name
@@ -129,6 +153,7 @@ def describe_checkpoint(path: str | os.PathLike[str]) -> CheckpointRef:
         task=task,
         trained=metadata.get("untrained", "false") != "true",
         size_bytes=Path(path).stat().st_size,
+        outputs=outputs,
     )
 
 
@@ -155,9 +180,18 @@ def scan_root(root: str | os.PathLike[str]) -> RootScan:
     return RootScan(root, refs, skipped)
 
 
-def wanted_arch(model_size: str) -> str:
+def wanted_arch(model_size: str, family: str = SAPIENS2) -> str:
+    """The arch name of a --model-size in a family: '1b' -> 'sapiens2_1b' or 'sapiens_1b'."""
+    if family == SAPIENS1:
+        return canonical_v1(model_size)
     name, tokenizer = canonical_arch(model_size)
     return f"{name}_4k" if tokenizer else name
+
+
+def pass_family(pass_name: str, family: str = SAPIENS2) -> str:
+    """The family a pass runs on when the job asks for `family` (see PASS_FAMILIES)."""
+    have = PASS_FAMILIES[pass_name]
+    return family if family in have else have[0]
 
 
 def size_label(arch: str) -> str:
@@ -169,9 +203,9 @@ def size_label(arch: str) -> str:
     return arch.replace("_4k", "-4k")
 
 
-def sapiens2_refs(refs: Iterable[CheckpointRef]) -> list[CheckpointRef]:
-    """The files the passes may be given: Sapiens2 ones (v1 files are only listed)."""
-    return [ref for ref in refs if ref.family == SAPIENS2]
+def family_refs(refs: Iterable[CheckpointRef], family: str) -> list[CheckpointRef]:
+    """The files of one family."""
+    return [ref for ref in refs if ref.family == family]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,56 +220,102 @@ def resolve_checkpoints(
     root: str | None = None,
     untrained_dir: str | os.PathLike[str] | None = None,
     preferred: str | None = None,
+    family: str = SAPIENS2,
 ) -> CheckpointChoice:
     """The checkpoint of every pass: its explicit file, else one of `model_size` under `root`,
-    else (no root) an untrained model. `model_size` 'auto' picks the size (see
-    `resolve_auto_size`); `preferred` is the configured size auto favours (SVFX_MODEL_SIZE).
-    CheckpointChoiceError lists every pass without a checkpoint and every skipped file."""
+    else (no root) an untrained model. Each pass runs on `pass_family(pass, family)`, and each
+    family's passes get their own size: `model_size` 'auto' picks it (see `resolve_auto_size`);
+    `preferred` is the configured size auto favours (SVFX_MODEL_SIZE). CheckpointChoiceError
+    lists every pass without a checkpoint and every skipped file."""
     explicit = explicit or {}
     chosen, problems = _explicit_choices(passes, explicit)
-    pass_tasks = {name: _task_of(name) for name in passes if name not in explicit}
+    groups: dict[str, dict[str, str]] = {}
+    for name in passes:
+        if name not in explicit:
+            groups.setdefault(pass_family(name, family), {})[name] = _task_of(name)
     scan = scan_root(root) if root else None
     auto = model_size.strip().lower() == AUTO_SIZE
-    if not auto:
-        size, reason = size_label(wanted_arch(model_size)), "asked for"
-    elif pass_tasks:
-        size, reason = resolve_auto_size(pass_tasks, scan, preferred)
-    else:
-        size, reason = _common_size(chosen.values()), "every pass has an explicit checkpoint"
-    if pass_tasks and (scan is None or (auto and scan.empty)):
-        if untrained_dir is None:
-            raise ValueError("untrained_dir is needed when no checkpoints are given")
-        chosen.update(
-            {p: untrained_checkpoint(size, t, untrained_dir) for p, t in pass_tasks.items()}
-        )
-    elif pass_tasks:
-        assert scan is not None
-        found, missing = _choices_under_root(pass_tasks, wanted_arch(size), scan)
-        chosen.update(found)
-        problems += missing
+    sizes: dict[str, tuple[str, str]] = {}  # family -> (size, reason)
+    for fam, pass_tasks in groups.items():
+        if auto:
+            sizes[fam] = resolve_auto_size(pass_tasks, scan, preferred, fam)
+        else:
+            size = _size_in_family(model_size, fam, pass_tasks)
+            if size is None:
+                problems += [_no_such_size(model_size, fam, p) for p in pass_tasks]
+                continue
+            sizes[fam] = size, "asked for"
+        size = sizes[fam][0]
+        if scan is None or (auto and scan.empty):
+            if untrained_dir is None:
+                raise ValueError("untrained_dir is needed when no checkpoints are given")
+            chosen.update(
+                {
+                    p: untrained_checkpoint(size, t, untrained_dir, fam)
+                    for p, t in pass_tasks.items()
+                }
+            )
+        else:
+            found, missing = _choices_under_root(pass_tasks, wanted_arch(size, fam), scan, fam)
+            chosen.update(found)
+            problems += missing
     if problems:
         lines = ["no usable checkpoint for:", *(f"  {p}" for p in problems)]
-        if auto and pass_tasks:
-            lines.append(f"(model size auto -> {reason})")
+        if auto:
+            lines += [f"(model size auto -> {reason})" for _size, reason in sizes.values()]
         if scan is not None:
             lines += _skipped_lines(scan.root, scan.skipped)
         raise CheckpointChoiceError("\n".join(lines))
+    if not sizes:
+        size, reason = _common_size(chosen.values()), "every pass has an explicit checkpoint"
+    elif len(sizes) == 1:
+        size, reason = next(iter(sizes.values()))
+    else:  # both families: say which size each one got
+        size = " + ".join(f"{FAMILY_NAMES[f]} {sz}" for f, (sz, _r) in sizes.items())
+        reason = "; ".join(f"{FAMILY_NAMES[f]}: {r}" for f, (_s, r) in sizes.items())
     return CheckpointChoice({name: chosen[name] for name in passes}, size, reason)
 
 
+def _size_in_family(model_size: str, family: str, pass_tasks: dict[str, str]) -> str | None:
+    """The --model-size label of `model_size` in `family`, None when the family has none."""
+    try:
+        label = size_label(wanted_arch(model_size, family))
+    except ValueError:
+        return None
+    return label if label in FAMILY_SIZES[family] else None
+
+
+def _no_such_size(model_size: str, family: str, pass_name: str) -> str:
+    sizes = ", ".join(FAMILY_SIZES[family])
+    return (
+        f"{pass_name}: {FAMILY_NAMES[family]} has no size {model_size} (its sizes: {sizes}); "
+        f"the {pass_name} pass runs on {FAMILY_NAMES[family]}"
+        + ("" if len(PASS_FAMILIES[pass_name]) == 1 else " here (--family)")
+        + ": ask for --model-size auto or one of those"
+    )
+
+
 def resolve_auto_size(
-    pass_tasks: dict[str, str], scan: RootScan | None, preferred: str | None = None
+    pass_tasks: dict[str, str],
+    scan: RootScan | None,
+    preferred: str | None = None,
+    family: str = SAPIENS2,
 ) -> tuple[str, str]:
     """(size, reason) for model size 'auto': tiny (untrained) with no root or an empty one,
-    else `pick_model_size` over what the root holds."""
-    wanted = preferred_size(preferred)
+    else `pick_model_size` over what the root holds of `family`."""
+    wanted = preferred_size(preferred, family)
     if scan is None:
         reason = f"no checkpoint root was given: {UNTRAINED_NOTE}"
     elif scan.empty:
         reason = f"no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
     else:
         return pick_model_size(
-            pass_tasks, scan.refs, preferred=preferred, root=scan.root, skipped=scan.skipped
+            pass_tasks,
+            scan.refs,
+            preferred=preferred,
+            root=scan.root,
+            skipped=scan.skipped,
+            family=family,
         )
     if wanted and wanted != "tiny":
         reason += f" (the configured size {wanted} needs its checkpoints under a root)"
@@ -249,30 +329,34 @@ def pick_model_size(
     preferred: str | None = None,
     root: str = "the checkpoint root",
     skipped: Sequence[CheckpointError] = (),
+    family: str = SAPIENS2,
 ) -> tuple[str, str]:
-    """(size, reason): among the sizes whose checkpoints in `refs` cover every pass of
-    `pass_tasks` (pass -> task), `preferred` if it is one, else the largest in AUTO_SIZE_ORDER.
+    """(size, reason): among the sizes of `family` whose checkpoints in `refs` cover every
+    pass of `pass_tasks` (pass -> task), `preferred` if it is one, else the largest in the
+    family's size order (AUTO_SIZE_ORDER, V1_AUTO_SIZE_ORDER).
 
     Only trained files count when there are any (untrained-marked ones are for tests and
     demos). When one size alone is present it is returned even if incomplete, so the caller
     reports its missing passes one by one; otherwise CheckpointChoiceError says which size
     has which pass and what is missing.
     """
-    preferred = preferred_size(preferred)
-    usable = sapiens2_refs(refs)
-    v1_left_out = len(refs) - len(usable)
+    preferred = preferred_size(preferred, family)
+    order = SIZE_ORDER[family]
+    usable = family_refs(refs, family)
+    other_family = len(refs) - len(usable)
     trained = [ref for ref in usable if ref.trained]
     pool = trained or usable
-    covered = passes_by_size(pass_tasks, pool)
+    covered = passes_by_size(pass_tasks, pool, family)
     complete = [size for size, have in covered.items() if len(have) == len(pass_tasks)]
     note = "" if trained else " (UNTRAINED: the root holds no trained checkpoint)"
+    where = root if family == SAPIENS2 else f"{root} ({FAMILY_NAMES[family]})"
     if preferred in complete:
-        return preferred, f"{preferred}: the configured size, complete under {root}{note}"
-    ranked = sorted((s for s in complete if s in AUTO_SIZE_ORDER), key=AUTO_SIZE_ORDER.index)
+        return preferred, f"{preferred}: the configured size, complete under {where}{note}"
+    ranked = sorted((s for s in complete if s in order), key=order.index)
     if ranked:
         size = ranked[-1]
         which = "the largest size" if len(complete) > 1 else "the size"
-        parts = [f"{size}: {which} with a checkpoint for every pass under {root}"]
+        parts = [f"{size}: {which} with a checkpoint for every pass under {where}"]
         if preferred:
             lacks = [p for p in pass_tasks if p not in covered.get(preferred, [])]
             parts.append(f"the configured size {preferred} lacks {', '.join(lacks)}")
@@ -280,18 +364,18 @@ def pick_model_size(
         if others:
             parts.append(f"also complete: {', '.join(others)}")
         return size, "; ".join(parts) + note
-    autos = [size for size in covered if size in AUTO_SIZE_ORDER]
+    autos = [size for size in covered if size in order]
     if len(covered) == 1 and autos:
-        return autos[0], f"{autos[0]}: the only size under {root}{note}"
+        return autos[0], f"{autos[0]}: the only size under {where}{note}"
     raise CheckpointChoiceError(
         _no_single_size_message(
-            pass_tasks, covered, root, len(pool) < len(usable), skipped, v1_left_out
+            pass_tasks, covered, root, len(pool) < len(usable), skipped, other_family, family
         )
     )
 
 
 def passes_by_size(
-    pass_tasks: dict[str, str], refs: Iterable[CheckpointRef]
+    pass_tasks: dict[str, str], refs: Iterable[CheckpointRef], family: str = SAPIENS2
 ) -> dict[str, list[str]]:
     """Every size among `refs` -> the passes it has a checkpoint for (in `pass_tasks` order)."""
     tasks_by_size: dict[str, set[str]] = {}
@@ -299,14 +383,20 @@ def passes_by_size(
         tasks_by_size.setdefault(ref.size, set()).add(ref.task)
     return {
         size: [p for p, task in pass_tasks.items() if task in tasks]
-        for size, tasks in sorted(tasks_by_size.items(), key=lambda item: _rank(item[0]))
+        for size, tasks in sorted(tasks_by_size.items(), key=lambda item: _rank(item[0], family))
     }
 
 
-def preferred_size(value: str | None) -> str | None:
-    """The configured size as a --model-size label, None for unset or 'auto'."""
+def preferred_size(value: str | None, family: str = SAPIENS2) -> str | None:
+    """The configured size as a --model-size label, None for unset or 'auto'; for Sapiens
+    v1, also None when v1 has no such size (it configures the Sapiens2 passes)."""
     if value is None or value.strip().lower() in ("", AUTO_SIZE):
         return None
+    if family != SAPIENS2:
+        try:
+            return size_label(wanted_arch(value, family))
+        except ValueError:
+            return None
     try:
         return size_label(wanted_arch(value))
     except ValueError:
@@ -316,9 +406,9 @@ def preferred_size(value: str | None) -> str | None:
         ) from None
 
 
-def _rank(size: str) -> tuple[int, str]:
-    order = AUTO_SIZE_ORDER.index(size) if size in AUTO_SIZE_ORDER else len(AUTO_SIZE_ORDER)
-    return order, size
+def _rank(size: str, family: str = SAPIENS2) -> tuple[int, str]:
+    order = SIZE_ORDER[family]
+    return (order.index(size) if size in order else len(order)), size
 
 
 def _no_single_size_message(
@@ -327,17 +417,23 @@ def _no_single_size_message(
     root: str,
     untrained_left_out: bool,
     skipped: Sequence[CheckpointError],
-    v1_left_out: int = 0,
+    other_family: int = 0,
+    family: str = SAPIENS2,
 ) -> str:
     asked = ", ".join(pass_tasks)
+    name = FAMILY_NAMES[family]
     if not covered:
-        lines = [f"model size auto: no usable checkpoint under {root} (passes asked: {asked})"]
+        lines = [
+            f"model size auto: no usable {name} checkpoint under {root} (passes asked: {asked})"
+        ]
     else:
         lines = [
-            f"model size auto: no size under {root} has a checkpoint for every pass ({asked}):"
+            f"model size auto: no {name} size under {root} has a checkpoint for every pass "
+            f"({asked}):"
         ]
         lines += [
-            f"  {size}: {_coverage_line(pass_tasks, have, size)}" for size, have in covered.items()
+            f"  {size}: {_coverage_line(pass_tasks, have, size, family)}"
+            for size, have in covered.items()
         ]
         nowhere = [p for p in pass_tasks if not any(p in have for have in covered.values())]
         if nowhere:
@@ -348,17 +444,27 @@ def _no_single_size_message(
         )
     if untrained_left_out:
         lines.append("(files marked untrained were left out: the root holds trained ones)")
-    if v1_left_out:
-        lines.append(f"({v1_left_out} Sapiens v1 files were left out: the passes run Sapiens2)")
+    if other_family:
+        others = FAMILY_NAMES[SAPIENS1 if family == SAPIENS2 else SAPIENS2]
+        lines.append(
+            f"({other_family} {others} files were left out: these passes run {name}"
+            + (
+                ", --family sapiens1 runs normal, seg and pose on v1)"
+                if family == SAPIENS2
+                else ")"
+            )
+        )
     return "\n".join(lines + _skipped_lines(root, skipped))
 
 
-def _coverage_line(pass_tasks: dict[str, str], have: list[str], size: str) -> str:
+def _coverage_line(
+    pass_tasks: dict[str, str], have: list[str], size: str, family: str = SAPIENS2
+) -> str:
     lacks = [p for p in pass_tasks if p not in have]
     text = f"has {', '.join(have) or 'none of these passes'}"
     if lacks:
         text += f"; lacks {', '.join(lacks)}"
-    if size not in AUTO_SIZE_ORDER:
+    if size not in SIZE_ORDER[family]:
         text += f" (auto never picks {size}: ask for it with --model-size {size})"
     return text
 
@@ -366,7 +472,7 @@ def _coverage_line(pass_tasks: dict[str, str], have: list[str], size: str) -> st
 def _skipped_lines(root: str, skipped: Sequence[CheckpointError]) -> list[str]:
     if not skipped:
         return []
-    head = f"files skipped under {root} (unreadable or not Sapiens2 checkpoints):"
+    head = f"files skipped under {root} (unreadable or not Sapiens checkpoints):"
     return [head, *(f"  {exc.path}: {exc.reason}" for exc in skipped)]
 
 
@@ -390,8 +496,8 @@ def _explicit_choices(
         except CheckpointError as exc:
             problems.append(f"{name}: {exc}")
             continue
-        if ref.family != SAPIENS2:
-            problems.append(f"{name}: {_v1_refusal(name, task, explicit[name], ref)}")
+        if ref.family not in PASS_FAMILIES[name]:
+            problems.append(f"{name}: {_family_refusal(name, task, explicit[name], ref)}")
             continue
         if ref.task != task:
             problems.append(
@@ -403,36 +509,38 @@ def _explicit_choices(
     return chosen, problems
 
 
-def _v1_refusal(name: str, task: str, path: str, ref: CheckpointRef) -> str:
-    """Why a Sapiens v1 file given for pass `name` is refused."""
-    what = f"{path} is a Sapiens v1 file ({ref.arch} {ref.task})"
-    if task not in V1_TASKS:
+def _family_refusal(name: str, task: str, path: str, ref: CheckpointRef) -> str:
+    """Why a file of a family that has no pass `name` is refused for it."""
+    if ref.family == SAPIENS1:
         return (
-            f"{what}: v1 has {', '.join(V1_TASKS[:-1])} and {V1_TASKS[-1]} models only, "
-            f"no {name} pass; give a Sapiens2 {task} checkpoint"
+            f"{path} is a Sapiens v1 file ({ref.arch} {ref.task}): v1 has "
+            f"{', '.join(V1_TASKS[:-1])} and {V1_TASKS[-1]} models only, no {name} pass; "
+            f"give a Sapiens2 {task} checkpoint"
         )
     return (
-        f"{what}: running Sapiens v1 models through the passes is not supported yet "
-        "(--family sapiens1 is planned); give a Sapiens2 checkpoint"
+        f"{path} is a Sapiens2 file ({ref.arch} {ref.task}): {name} (relative depth) is a "
+        f"Sapiens v1 pass; give a v1 {task} checkpoint (convert a released .pth with "
+        "`svfx models convert`)"
     )
 
 
 def _choices_under_root(
-    pass_tasks: dict[str, str], arch: str, scan: RootScan
+    pass_tasks: dict[str, str], arch: str, scan: RootScan, family: str = SAPIENS2
 ) -> tuple[dict[str, CheckpointRef], list[str]]:
     """The file of `arch` for each pass (trained ones first), and a line per pass without."""
     chosen: dict[str, CheckpointRef] = {}
     problems: list[str] = []
+    usable = family_refs(scan.refs, family)
     for name, task in pass_tasks.items():
-        usable = sapiens2_refs(scan.refs)
         matches = [ref for ref in usable if ref.task == task and ref.arch == arch]
         if matches:
             chosen[name] = sorted(matches, key=lambda ref: not ref.trained)[0]
             continue
         have = sorted({f"{ref.arch}/{ref.task}" for ref in usable}) or ["none"]
         found = ", ".join(have)
-        if v1 := len(scan.refs) - len(usable):
-            found += f"; {v1} Sapiens v1 files, not used by the passes"
+        if others := len(scan.refs) - len(usable):
+            other = FAMILY_NAMES[SAPIENS1 if family == SAPIENS2 else SAPIENS2]
+            found += f"; {others} {other} files, not used by this pass"
         if scan.skipped:
             found += f"; {len(scan.skipped)} files skipped, listed below"
         problems.append(f"{name}: no {arch} {task} checkpoint under {scan.root} (found: {found})")
@@ -448,19 +556,20 @@ _BUILD_LOCK = threading.Lock()
 
 
 def untrained_checkpoint(
-    model_size: str, task: str, directory: str | os.PathLike[str]
+    model_size: str, task: str, directory: str | os.PathLike[str], family: str = SAPIENS2
 ) -> CheckpointRef:
-    """A random-weight model of this size and task, built once (fixed seed) and saved."""
+    """A random-weight model of this size, task and family, built once (fixed seed), saved."""
     from sapiens.loading import save_model
     from sapiens.model import build_model
 
-    arch = wanted_arch(model_size)
+    arch = wanted_arch(model_size, family)
     path = Path(directory) / f"{arch}_{task}_UNTRAINED.safetensors"
     with _BUILD_LOCK:
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             input_hw = UNTRAINED_INPUT_HW.get(arch, NATIVE_INPUT_HW)
-            model = build_model(model_size, task, seed=UNTRAINED_SEED, input_hw=input_hw)
+            name = arch if family == SAPIENS1 else model_size
+            model = build_model(name, task, seed=UNTRAINED_SEED, input_hw=input_hw)
             temp = path.with_suffix(f".{os.getpid()}.building")
             save_model(model, temp, trained=False)
             os.replace(temp, path)  # atomic: a concurrent reader never sees half a file

@@ -34,8 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
-from sapiens.seg_classes import SEG_CLASSES
+from sapiens.seg_classes import SEG_CLASSES, seg_classes_for
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
 from storage.zarr_store import ShotStoreWriter
@@ -169,7 +170,10 @@ class _ChunkRunner:
             plate_storage_options=job.plate_storage_options,
             pinned=predictor.device.type == "cuda",
         )
-        self.inference = FrameInference(spec, predictor, SEG_CLASSES)
+        infos = predictor.infos
+        classes = seg_classes_for(infos["seg"].family) if "seg" in infos else SEG_CLASSES
+        pose_head = infos["pose"].head if "pose" in infos else None
+        self.inference = FrameInference(spec, predictor, classes)
         self.writer = FrameWriter(
             spec,
             job.paths,
@@ -177,9 +181,10 @@ class _ChunkRunner:
             colour,
             context,
             self._provenance(),
-            SEG_CLASSES,
+            classes,
             store_index=dict(zip(job.frames, job.store_indices, strict=True)),
             storage_options=job.storage_options,
+            keypoints=pose_head.out_channels if pose_head else len(KEYPOINT_NAMES),
         )
 
     # -- the three stages -----------------------------------------------------------------
@@ -249,6 +254,7 @@ class _ChunkRunner:
             info = self.predictor.infos[name]
             provenance[f"sapiens2/{name}/model"] = info.label
             provenance[f"sapiens2/{name}/checkpointSha256"] = ref.sha256
+            provenance[f"svfx/{name}/family"] = info.family
             if not ref.trained:
                 untrained.append(name)
         if untrained:
@@ -266,6 +272,11 @@ class _ChunkRunner:
         provenance["svfx/tiling"] = (
             f"{'/'.join(tiles)} tiles (w x h), {self.spec.tiling.overlap} px overlap, feathered; "
             "pointmap on the whole frame, letterboxed"
+            + (
+                "; relative depth on the whole frame, stretched"
+                if "depth" in self.spec.passes
+                else ""
+            )
         )
         provenance["svfx/precision"] = str(self.predictor.dtype).removeprefix("torch.")
         return provenance

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sapiens.keypoints import KEYPOINT_NAMES, SKELETON
+from sapiens.keypoints import KEYPOINT_NAMES, keypoint_names_for, skeleton_for
 from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
@@ -32,6 +32,7 @@ class FinalizeJob:
     storage_options: dict[str, Any] = field(default_factory=dict)
     only_missing: bool = False  # nothing new was made: keep the files that exist
     albedo_colorspace: str | None = None  # the scene-linear space albedo was written in
+    keypoints: int = len(KEYPOINT_NAMES)  # the pose model's (Sapiens v1 COCO: 17 or 133)
 
 
 def finalize_shot(job: FinalizeJob) -> dict[str, str]:
@@ -45,7 +46,13 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
             job.paths.pose_json,
             job.paths.pose_fragments,
             job.frames,
-            PoseHeader(KEYPOINT_NAMES, SKELETON, job.image_size, job.data_window, job.provenance),
+            PoseHeader(
+                keypoint_names_for(job.keypoints),
+                skeleton_for(job.keypoints)[0],
+                job.image_size,
+                job.data_window,
+                job.provenance,
+            ),
             options,
         )
         written["pose_json"] = result.uri

@@ -6,11 +6,14 @@ Per group (a few frames whose tiles share model batches):
 1. each frame's model-encoded RGB is copied up once (non-blocking from pinned memory on
    CUDA) and desqueezed there when the plate is anamorphic;
 2. pointmap runs on the whole frames (its focal estimate sets how normal tiles rotate: the
-   one value the host reads back before the tiles run);
+   one value the host reads back before the tiles run), and so does Sapiens v1's relative
+   depth: upstream runs it on the whole image, and tiles would each get a depth scale of
+   their own;
 3. each tiled pass: tiles are cut on the device, run in model batches (tiles of several
    frames share a batch), rotated (normals) and blended into a frame-sized accumulator there;
 4. pose, when asked: person boxes from the seg (or matte) foreground, read back as one bool
-   mask per frame, then top-down crops on the device;
+   mask per frame, then top-down crops on the device (relative depth is normalised over the
+   same foreground, on the device);
 5. each pass is finished (``tasks.frame_passes``) as soon as it is blended, so a frame's
    29-channel probabilities are dropped before the next pass runs, and the final arrays start
    their copy to the host (``tasks.host_transfer``). The writers wait for them; this stage
@@ -76,15 +79,23 @@ class FrameInference:
             for i, read in enumerate(group):
                 self._finish(read, "pointmap", out["pointmap"][i], finished[i])
             del out
+        depth = None
+        if "depth" in wanted:  # finished below, once the person's mask is known
+            depth = self.predictor.predict_batch(torch.stack(frames), "depth")["depth"]
+        masked = {"pose", "depth"} & set(wanted)
         boxes_from = "seg" if "seg" in wanted else "matte"
         for name in (p for p in TILED if p in wanted):
             blended = self._blend(name, frames, focals)
             for i, read in enumerate(group):
-                if "pose" in wanted and name == boxes_from:
+                if masked and name == boxes_from:
                     masks[i] = _foreground(name, blended[i])
                 if name in self.spec.passes:
                     self._finish(read, name, blended[i], finished[i])
             del blended
+        if depth is not None:
+            for i, read in enumerate(group):
+                self._finish(read, "depth", depth[i], finished[i], masks[i])
+            del depth
         results = []
         for i, read in enumerate(group):
             people = self._pose(read, frames[i], masks[i]) if "pose" in wanted else []
@@ -132,7 +143,14 @@ class FrameInference:
             del values
         return [blender.result() for blender in blenders if blender is not None]
 
-    def _finish(self, read: ReadFrame, name: str, values: Tensor, into: dict[str, Tensor]) -> None:
+    def _finish(
+        self,
+        read: ReadFrame,
+        name: str,
+        values: Tensor,
+        into: dict[str, Tensor],
+        foreground: Tensor | None = None,
+    ) -> None:
         preview_hw = _preview_hw(read) if self.spec.previews else None
         into.update(
             finish_pass(
@@ -141,6 +159,7 @@ class FrameInference:
                 plate_width=read.plate.width,
                 preview_hw=preview_hw,
                 class_names=self.class_names,
+                foreground=foreground,
             )
         )
 

@@ -8,6 +8,7 @@ From the blended passes (channels first, on the desqueezed frame, float32), in t
 | pointmap | squeezed back                                   | `P` (3, H, W) float32          |
 | albedo   | squeezed back, channels last (for OpenColorIO)  | `albedo` (H, W, 3) float32     |
 | matte    | squeezed back                                   | `matte` (H, W) float16         |
+| depth    | squeezed back, normalised over the person (v1)  | `relDepth` (H, W) float32      |
 | seg      | squeezed back, labels, Cryptomatte ranks        | `seg.id` (H, W) int32,         |
 |          |                                                 | `labels` (H, W) uint8,         |
 |          |                                                 | `CryptoBodyPart` (12, H, W) f4 |
@@ -27,11 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from storage.exr_writer import CRYPTO_LAYER, REL_DEPTH_LAYER
 from tasks.anamorphic import resqueeze
 from tasks.normal_rotation import normalize_vectors
 from tasks.seg_outputs import seg_outputs
 
-DENSE_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg")
+DENSE_PASSES: tuple[str, ...] = ("normal", "pointmap", "depth", "albedo", "matte", "seg")
 PREVIEW_PREFIX = "preview/"
 NONFINITE_PREFIX = "nonfinite/"
 
@@ -43,6 +45,7 @@ def finish_pass(
     plate_width: int,
     preview_hw: tuple[int, int] | None,
     class_names: Sequence[str],
+    foreground: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """The final arrays of one pass of one frame, on the device of ``values`` (see the
     module's table), named by EXR part (``N``, ``P``, ``matte``, ``CryptoBodyPart``,
@@ -50,12 +53,21 @@ def finish_pass(
     and ``nonfinite/<pass>`` (a bool: the pass holds NaN or Inf somewhere).
 
     ``values`` is the blended pass, (C, H, W') on the desqueezed frame (normals are
-    re-normalised in place); ``plate_width`` is the plate's W.
+    re-normalised in place); ``plate_width`` is the plate's W. ``depth`` needs the person's
+    ``foreground`` (H, W') mask (`relative_depth`).
     """
     if name not in DENSE_PASSES:
         raise ValueError(f"no dense pass {name!r}; known: {', '.join(DENSE_PASSES)}")
     low, high = torch.aminmax(values)
     out = {NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high))}
+    if name == "depth":
+        if foreground is None:
+            raise ValueError("relative depth is normalised over the person: give its mask")
+        depth = relative_depth(values, foreground, plate_width)
+        out[REL_DEPTH_LAYER] = depth
+        if preview_hw is not None:
+            out[PREVIEW_PREFIX + name] = _preview(depth[None], preview_hw)
+        return out
     if name == "normal":
         values = normalize_vectors(values)
     if preview_hw is not None and name != "seg":
@@ -71,12 +83,25 @@ def finish_pass(
         out["matte"] = values[0].to(torch.float16)
     else:
         seg = seg_outputs(values, class_names)
-        out["CryptoBodyPart"] = seg.planes
+        out[CRYPTO_LAYER] = seg.planes
         out["seg.id"] = seg.labels
         out["labels"] = seg.labels.to(torch.uint8)
         if preview_hw is not None:
             out[PREVIEW_PREFIX + "seg"] = _preview_labels(out["labels"], preview_hw)
     return out
+
+
+def relative_depth(raw: Tensor, foreground: Tensor, plate_width: int) -> Tensor:
+    """Sapiens v1's raw depth (1, H, W') as the plate's (H, W) float32 relative depth, as
+    upstream trained it: min-max normalised over the person (0 nearest, 1 farthest) and -1
+    elsewhere; a frame with no person is -1 everywhere. The raw map and the mask are squeezed
+    back to the plate first, so the normalisation sees the plate's pixels."""
+    depth = resqueeze(raw.float(), plate_width)[0]
+    person = resqueeze(foreground[None].float(), plate_width)[0] >= 0.5
+    nearest = torch.where(person, depth, torch.inf).amin()
+    farthest = torch.where(person, depth, -torch.inf).amax()
+    span = (farthest - nearest).clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.where(person, (depth - nearest) / span, -1.0)
 
 
 def preview_rgb(rgb: Tensor, preview_hw: tuple[int, int]) -> Tensor:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sapiens.keypoints import KEYPOINT_COLORS, SKELETON, SKELETON_COLORS
+from sapiens.keypoints import keypoint_colors_for, skeleton_for
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, FrameSummary, OutputRecord
 from storage.errors import FrameError, writing
@@ -36,6 +36,7 @@ from storage.exr_writer import (
     PART_DTYPES,
     PART_ORDER,
     PASS_OF_PART,
+    REL_DEPTH_LAYER,
     part_channels,
     write_passes_exr,
 )
@@ -83,6 +84,7 @@ class FrameWriter:
         *,
         store_index: dict[int, int],
         storage_options: dict[str, Any] | None = None,
+        keypoints: int = 308,
     ) -> None:
         self.spec = spec
         self.paths = paths
@@ -95,6 +97,7 @@ class FrameWriter:
         self.store_index = store_index  # frame number -> index in the shot's Zarr arrays
         self.storage_options = storage_options or None
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
+        self.keypoints = keypoints  # the pose model's
 
     def write(self, frame: InferredFrame) -> FrameSummary:
         """Write every output of the frame; a frame that fails is returned failed, with
@@ -196,7 +199,7 @@ class FrameWriter:
             records.append(
                 OutputRecord(
                     "pose", number, "pose_json", fragment.uri, fragment.sha256, fragment.size,
-                    (len(frame.people), 308, 3), "json", None, key,
+                    (len(frame.people), self.keypoints, 3), "json", None, key,
                 )
             )  # fmt: skip
         if self.spec.previews:
@@ -219,6 +222,7 @@ class FrameWriter:
             "pointmap": (height, width, 3),
             "albedo": (height, width, 3),
             "matte": (height, width),
+            "depth": (height, width),
             "seg": (height, width, len(self.class_names)),
         }
 
@@ -228,7 +232,7 @@ class FrameWriter:
         """Previews from the preview-sized arrays the device made (square pixels already)."""
         number = frame.read.number
         images = {}
-        for name in ("normal", "pointmap", "albedo", "matte", "seg"):
+        for name in ("normal", "pointmap", "depth", "albedo", "matte", "seg"):
             small = arrays.get(PREVIEW_PREFIX + name)
             if small is None:
                 continue
@@ -237,12 +241,13 @@ class FrameWriter:
             images[name] = pass_preview(name, small, palette=self.palette)
         if "pose" in self.spec.passes and PREVIEW_PREFIX + "plate" in arrays:
             plate = frame.read.plate
+            skeleton, colours = skeleton_for(self.keypoints)
             images["pose"] = pose_preview(
                 arrays[PREVIEW_PREFIX + "plate"],
                 frame.people,
-                SKELETON,
-                SKELETON_COLORS,
-                KEYPOINT_COLORS,
+                skeleton,
+                colours,
+                keypoint_colors_for(self.keypoints),
                 frame_size=(plate.width, plate.height),
             )
         records = []
@@ -277,6 +282,9 @@ def exr_parts_and_zarr_blocks(
         parts["P"] = {f"P.{axis}": points[i] for i, axis in enumerate("xyz")}
         parts["P"]["depth.Z"] = points[2]  # the same values: one plane serves both
         blocks["pointmap"] = _channels_last(points)
+    if REL_DEPTH_LAYER in arrays:  # never depth.Z, which is metric
+        parts[REL_DEPTH_LAYER] = {f"{REL_DEPTH_LAYER}.Z": arrays[REL_DEPTH_LAYER]}
+        blocks["depth"] = arrays[REL_DEPTH_LAYER]
     if albedo is not None:
         parts["albedo"] = {"albedo": albedo}  # OpenEXR writes albedo.R/G/B from it
         blocks["albedo"] = albedo

@@ -77,6 +77,7 @@ _COLOURS = {  # backdrop tile colours (0xRRGGBBAA)
     "read": "0x444444ff",
     "normal": "0x4c5a78ff",
     "pointmap": "0x4c7068ff",
+    "depth": "0x4c6e7aff",
     "albedo": "0x7a6a4cff",
     "matte": "0x5c5c5cff",
     "seg": "0x6e4c70ff",
@@ -84,6 +85,7 @@ _COLOURS = {  # backdrop tile colours (0xRRGGBBAA)
 _PASS_NOTES = {
     "normal": "camera-space unit normals",
     "pointmap": "camera-space position (m); depth.Z = P.z",
+    "depth": "relative depth (Sapiens v1): 0 near, 1 far on the person, -1 elsewhere; not metric",
     "matte": "person alpha",
     "seg": "body parts: Cryptomatte + class index",
 }

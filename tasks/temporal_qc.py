@@ -51,7 +51,7 @@ from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
 
-QC_PASSES = ("normal", "pointmap", "albedo", "matte", "seg")
+QC_PASSES = ("normal", "pointmap", "depth", "albedo", "matte", "seg")
 PROXY_SIDE = 256
 EPS = 0.002
 MIN_REGION = 0.005  # share of the proxy below which the person region is taken as absent
@@ -202,6 +202,7 @@ def _label_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 CHANGE = {
     "normal": _normal_change,
     "pointmap": _point_change,
+    "depth": _scalar_change,  # relative: its own per-frame scale shows as change too
     "albedo": _colour_change,
     "matte": _scalar_change,
     "seg": _label_change,

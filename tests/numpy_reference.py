@@ -6,15 +6,15 @@ bit for bit where it was exact, within a stated tolerance where the arithmetic d
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from storage.cryptomatte import DEFAULT_MIN_COVERAGE, DEFAULT_RANKS, float_id, manifest
-from tasks.tiling import Feather, FramePlan, Tile
+from tasks.anamorphic import _area_taps, _linear_taps  # unchanged: the taps, not the pixels
+from tasks.blending import feather_weights  # unchanged: the weights, not the blending
+from tasks.tiling import FramePlan, Tile
 
 _LABEL_BLOCK_BYTES = 1 << 20
 _RANK_BLOCK_BYTES = 1 << 20
@@ -22,38 +22,6 @@ _RANK_BLOCK_BYTES = 1 << 20
 
 _BLEND_BLOCK_BYTES = 256 * 1024  # rows of work arrays per step: a fraction of a core's L2 cache
 _MAX_BANDS = 16
-
-
-def _ramp(length: int, before: int, after: int) -> np.ndarray:
-    """1-D weights: linear ramps of ``before`` / ``after`` pixels at the two ends, 1 between.
-
-    Where the two ramps overlap (a tile overlapping both neighbours by more than half its
-    size) the smaller weight wins, so weights stay in (0, 1].
-    """
-    weights = np.ones(length, dtype=np.float64)
-    position = np.arange(length, dtype=np.float64)
-    if before > 0:
-        weights = np.minimum(weights, (position + 0.5) / before)
-    if after > 0:
-        weights = np.minimum(weights, (length - position - 0.5) / after)
-    return weights
-
-
-@lru_cache(maxsize=64)
-def _cached_weights(height: int, width: int, feather: Feather) -> np.ndarray:
-    rows = _ramp(height, feather.top, feather.bottom)
-    cols = _ramp(width, feather.left, feather.right)
-    weights = np.outer(rows, cols).astype(np.float32)
-    weights.flags.writeable = False
-    return weights
-
-
-def feather_weights(tile: Tile) -> np.ndarray:
-    """The tile's blending weights over its frame box, float32 (h, w), all in (0, 1].
-
-    Read-only and shared between tiles of the same shape and feather.
-    """
-    return _cached_weights(tile.box.height, tile.box.width, tile.feather)
 
 
 class FrameBlender:
@@ -370,28 +338,3 @@ def resample_width(values: np.ndarray, width: int) -> np.ndarray:
     for tap in range(indices.shape[1]):
         out += source[:, indices[:, tap]] * weights[:, tap].reshape(width, *trailing)
     return out
-
-
-def _linear_taps(source_width: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two taps per output pixel for linear interpolation with half-pixel centres."""
-    centers = (np.arange(width) + 0.5) * (source_width / width) - 0.5
-    centers = np.clip(centers, 0.0, source_width - 1)
-    left = np.floor(centers).astype(np.int64)
-    right = np.minimum(left + 1, source_width - 1)
-    fraction = centers - left
-    weights = np.stack([1.0 - fraction, fraction], axis=1)
-    return np.stack([left, right], axis=1), weights.astype(np.float32)
-
-
-def _area_taps(source_width: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Taps per output pixel for an exact area average: coverage of each input pixel."""
-    scale = source_width / width
-    starts = np.arange(width) * scale
-    ends = starts + scale
-    taps = math.ceil(scale) + 1
-    candidates = np.floor(starts).astype(np.int64)[:, None] + np.arange(taps)[None, :]
-    coverage = np.minimum(candidates + 1, ends[:, None]) - np.maximum(candidates, starts[:, None])
-    coverage = np.clip(coverage, 0.0, None)
-    coverage /= coverage.sum(axis=1, keepdims=True)
-    indices = np.minimum(candidates, source_width - 1)  # overhanging taps carry weight 0
-    return indices, coverage.astype(np.float32)

@@ -34,6 +34,50 @@ def spec_data(pattern: str, output_root: Path, **extra: Any) -> dict[str, Any]:
     return data
 
 
+def small_chunk_job(
+    root: Path,
+    pattern: str,
+    spec: Any,
+    frames: tuple[int, ...],
+    *,
+    version: str = "v001",
+    keypoints: int = 308,
+    provenance: dict[str, str] | None = None,
+) -> Any:
+    """A chunk job of `frames` of a small demo plate (`SMALL`), its checkpoints chosen as the
+    flow chooses them (untrained under `root/ckpt` without a root) and its Zarr store created
+    as the shot runner creates it, under `root/out`."""
+    from storage.zarr_store import create_shot_store
+    from tasks.checkpoints import resolve_checkpoints
+    from tasks.chunk_worker import ChunkJob
+    from tasks.output_paths import ShotOutputPaths
+
+    choice = resolve_checkpoints(
+        spec.model_passes,
+        spec.model_size,
+        explicit=dict(spec.checkpoints),
+        untrained_dir=root / "ckpt",
+        family=spec.family,
+    )
+    paths = ShotOutputPaths.for_shot(str(root / "out"), "demo", "sq010", "sh010", version)
+    w, h = SMALL
+    create_shot_store(
+        paths.zarr, frames, h, w, spec.passes, spec.max_people, {}, 8, keypoints=keypoints
+    )
+    return ChunkJob(
+        index=0,
+        frames=frames,
+        plate_uris=tuple(pattern.replace("####", f"{f:04d}") for f in frames),
+        store_indices=tuple(range(len(frames))),
+        spec=spec.model_dump(mode="json"),
+        plate_colorspace="Linear Rec.709 (sRGB)",
+        checkpoints=choice.checkpoints,
+        paths=paths,
+        frame_hw=(h, w),
+        provenance=dict(provenance or {}),
+    )
+
+
 def settings_for(home: Path, **extra: Any) -> Settings:
     return Settings(home=home, allowed_roots=[str(home)], local_workers=2, **extra)
 

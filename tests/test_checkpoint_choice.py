@@ -87,8 +87,9 @@ def test_partial_coverage_is_an_error_listing_what_each_size_has() -> None:
     with pytest.raises(CheckpointChoiceError) as err:
         pick_model_size(THREE | {"albedo": "albedo"}, found, root="/ckpt")
     message = str(err.value)
-    assert "no size under /ckpt has a checkpoint for every pass (normal, seg, pose, albedo)" in (
-        message
+    assert (
+        "no Sapiens2 size under /ckpt has a checkpoint for every pass (normal, seg, pose, albedo)"
+        in (message)
     )
     assert "0.4b: has normal, seg; lacks pose, albedo" in message
     assert "1b: has normal, pose; lacks seg, albedo" in message
@@ -113,7 +114,7 @@ def test_nothing_usable_is_an_error_naming_the_skipped_files() -> None:
     skipped = [CheckpointError("/ckpt/a.safetensors", "truncated: ...")]
     with pytest.raises(CheckpointChoiceError) as err:
         pick_model_size(THREE, [], root="/ckpt", skipped=skipped)
-    assert "no usable checkpoint under /ckpt" in str(err.value)
+    assert "no usable Sapiens2 checkpoint under /ckpt" in str(err.value)
     assert "/ckpt/a.safetensors: truncated" in str(err.value)
 
 

@@ -1,6 +1,7 @@
 """Sapiens v1 files beside Sapiens2 ones: described by their tensors (never their names), listed
-by `svfx models` with their family, never chosen for a pass, and refused with the reason when
-given explicitly. Tiny v1 models use the "sapiens_test" size row of tests/test_convert_pth.py.
+by `svfx models` with their family, chosen only for the passes that run on v1 (`--family
+sapiens1`, and depth), and refused with the reason when given explicitly for a pass v1 does not
+have. Tiny v1 models use the "sapiens_test" size row of tests/test_convert_pth.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sapiens.model import build_model
 from schemas.spec import parse_spec
 from tasks.checkpoint_convert import convert_checkpoint
 from tasks.checkpoints import (
+    CheckpointChoice,
     CheckpointChoiceError,
     CheckpointRef,
     describe_checkpoint,
@@ -132,7 +134,7 @@ def test_a_v1_size_never_wins_auto_for_the_sapiens2_passes() -> None:
     assert size == "0.4b" and "1b" not in reason
 
 
-def test_v1_files_under_the_root_are_listed_but_not_chosen(tmp_path: Path) -> None:
+def test_v1_files_under_the_root_are_not_chosen_for_sapiens2_passes(tmp_path: Path) -> None:
     root = tmp_path / "root"
     normal = sapiens2_file(root / "n.safetensors", "normal")
     v1_file(root / "v1_normal.safetensors", "normal")
@@ -145,7 +147,7 @@ def test_v1_files_under_the_root_are_listed_but_not_chosen(tmp_path: Path) -> No
         resolve_checkpoints(["normal", "seg"], "tiny", root=str(root))
     message = str(err.value)
     assert "seg: no sapiens2_tiny seg checkpoint" in message
-    assert "found: sapiens2_tiny/normal; 2 Sapiens v1 files, not used by the passes" in message
+    assert "found: sapiens2_tiny/normal; 2 Sapiens v1 files, not used by this pass" in message
 
 
 def test_a_root_of_only_v1_files_is_an_error_not_random_weights(tmp_path: Path) -> None:
@@ -153,13 +155,15 @@ def test_a_root_of_only_v1_files_is_an_error_not_random_weights(tmp_path: Path) 
     v1_file(root / "seg.safetensors", "seg")
     with pytest.raises(CheckpointChoiceError) as err:
         resolve_checkpoints(["seg"], "auto", root=str(root), untrained_dir=tmp_path / "u")
-    assert "no usable checkpoint under" in str(err.value)
-    assert "1 Sapiens v1 files were left out" in str(err.value)
+    assert "no usable Sapiens2 checkpoint under" in str(err.value)
+    assert "1 Sapiens v1 files were left out: these passes run Sapiens2, --family sapiens1" in str(
+        err.value
+    )
     assert not (tmp_path / "u").exists()
 
 
 # -- v1 files given explicitly ----------------------------------------------------------------
-def _explicit(pass_name: str, path: Path) -> None:
+def _explicit(pass_name: str, path: Path) -> CheckpointChoice:
     """Resolve as `flows.planning.plan_shot` does, from a spec's `checkpoints`."""
     spec = parse_spec(
         {
@@ -171,7 +175,7 @@ def _explicit(pass_name: str, path: Path) -> None:
             "checkpoints": {pass_name: str(path)},
         }
     )
-    resolve_checkpoints(  # pose also runs seg, which has no file here: untrained
+    return resolve_checkpoints(  # pose and depth also run seg, which has no file: untrained
         spec.model_passes,
         spec.model_size,
         explicit=dict(spec.checkpoints),
@@ -189,12 +193,20 @@ def test_a_v1_file_for_a_sapiens2_only_pass_is_refused(tmp_path: Path, pass_name
     assert "v1 has depth, normal, seg and pose models only" in message
 
 
-@pytest.mark.parametrize("pass_name", ["normal", "seg", "pose"])
-def test_a_v1_file_for_a_shared_pass_is_not_run_yet(tmp_path: Path, pass_name: str) -> None:
+@pytest.mark.parametrize("pass_name", ["normal", "seg", "pose", "depth"])
+def test_a_v1_file_for_a_pass_v1_has_is_used_whatever_the_family(
+    tmp_path: Path, pass_name: str
+) -> None:
     path = v1_file(tmp_path / f"{pass_name}.safetensors", pass_name)
+    choice = _explicit(pass_name, path)
+    chosen = choice.checkpoints[pass_name]
+    assert (chosen.family, chosen.arch, chosen.path) == ("sapiens1", "sapiens_test", str(path))
+
+
+def test_a_sapiens2_file_for_depth_is_refused(tmp_path: Path) -> None:
+    path = sapiens2_file(tmp_path / "normal.safetensors", "normal")
     with pytest.raises(CheckpointChoiceError) as err:
-        _explicit(pass_name, path)
+        _explicit("depth", path)
     message = str(err.value)
-    assert f"{pass_name}: {path} is a Sapiens v1 file (sapiens_test {pass_name})" in message
-    assert "running Sapiens v1 models through the passes is not supported yet" in message
-    assert "--family sapiens1 is planned" in message
+    assert f"depth: {path} is a Sapiens2 file (sapiens2_tiny normal)" in message
+    assert "depth (relative depth) is a Sapiens v1 pass" in message

@@ -11,11 +11,9 @@ import OpenEXR
 import pytest
 
 from schemas.spec import parse_spec
-from storage.zarr_store import create_shot_store, read_stored_frame
-from tasks.checkpoints import resolve_checkpoints
-from tasks.chunk_worker import ChunkJob, default_focal, process_chunk
-from tasks.output_paths import ShotOutputPaths
-from tests.shot_helpers import SMALL, make_plate, spec_data
+from storage.zarr_store import read_stored_frame
+from tasks.chunk_worker import default_focal, process_chunk
+from tests.shot_helpers import make_plate, small_chunk_job, spec_data
 
 FRAMES = (1001, 1002, 1003, 1004, 1005)
 
@@ -30,25 +28,8 @@ def shot(tmp_path_factory):
     (plates / "astronaut.1004.exr").write_bytes(data[: len(data) // 3])
     make_plate(root / "other", frames=1, size=(200, 100))
     shutil.copy(root / "other" / "astronaut.1001.exr", plates / "astronaut.1005.exr")
-    spec = parse_spec(spec_data(pattern, root / "out", chunk_frames=8))
-    checkpoints = resolve_checkpoints(
-        spec.model_passes, "tiny", untrained_dir=root / "ckpt"
-    ).checkpoints
-    paths = ShotOutputPaths.for_shot(str(root / "out"), "demo", "sq010", "sh010", "v001")
-    w, h = SMALL
-    create_shot_store(paths.zarr, FRAMES, h, w, spec.passes, spec.max_people, {}, 8)
-    job = ChunkJob(
-        index=0,
-        frames=FRAMES,
-        plate_uris=tuple(str(plates / f"astronaut.{f}.exr") for f in FRAMES),
-        store_indices=tuple(range(len(FRAMES))),
-        spec=spec.model_dump(mode="json"),
-        plate_colorspace="Linear Rec.709 (sRGB)",
-        checkpoints=checkpoints,
-        paths=paths,
-        frame_hw=(h, w),
-        provenance={"svfx/job": "7"},
-    )
+    spec = parse_spec(spec_data(pattern, root / "out", chunk_frames=8, model_size="tiny"))
+    job = small_chunk_job(root, pattern, spec, FRAMES, provenance={"svfx/job": "7"})
     first = process_chunk(job)
     second = process_chunk(job)
     return job, first, second

@@ -116,13 +116,13 @@ def test_brackets_in_a_message_are_shown_as_typed(home, plate):
 
 
 def test_an_unknown_pass_is_refused(home, plate):
-    result = submit(plate, "--passes", "normal,depth")
-    assert_refused(result, "unknown pass 'depth'", "known: normal")
+    result = submit(plate, "--passes", "normal,shadow")
+    assert_refused(result, "unknown pass 'shadow'", "known: normal")
 
 
 def test_an_unknown_model_size_is_refused(home, plate):
-    result = submit(plate, "--model-size", "2b")
-    assert_refused(result, "unknown model size '2b'", "tiny")
+    result = submit(plate, "--model-size", "3b")
+    assert_refused(result, "unknown model size '3b'", "tiny")
 
 
 def test_a_plate_outside_the_allowed_roots_is_refused(home, plate, tmp_path_factory):

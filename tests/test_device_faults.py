@@ -17,12 +17,10 @@ from torch import nn
 import sapiens
 from sapiens.errors import DeviceMemoryError
 from schemas.spec import parse_spec
-from storage.zarr_store import committed_frames, create_shot_store
-from tasks.checkpoints import resolve_checkpoints
+from storage.zarr_store import committed_frames
 from tasks.chunk_worker import ChunkJob, process_chunk
-from tasks.output_paths import ShotOutputPaths
 from tests.model_helpers import tiny
-from tests.shot_helpers import SMALL, make_plate, spec_data
+from tests.shot_helpers import SMALL, make_plate, small_chunk_job, spec_data
 
 FRAMES = (1001, 1002, 1003)
 BRIGHT = 1002  # this frame's plate is white: the poisoned models react to it
@@ -86,24 +84,9 @@ def chunk(tmp_path_factory):
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
     OpenEXR.File(header, {"RGB": white}).write(str(plates / f"astronaut.{BRIGHT}.exr"))
     spec = parse_spec(spec_data(pattern, root / "out", passes="normal,seg,pose", chunk_frames=8))
-    checkpoints = resolve_checkpoints(
-        spec.model_passes, "tiny", untrained_dir=root / "ckpt"
-    ).checkpoints
 
     def job(version: str) -> ChunkJob:
-        paths = ShotOutputPaths.for_shot(str(root / "out"), "demo", "sq010", "sh010", version)
-        create_shot_store(paths.zarr, FRAMES, h, w, spec.passes, spec.max_people, {}, 8)
-        return ChunkJob(
-            index=0,
-            frames=FRAMES,
-            plate_uris=tuple(str(plates / f"astronaut.{f}.exr") for f in FRAMES),
-            store_indices=tuple(range(len(FRAMES))),
-            spec=spec.model_dump(mode="json"),
-            plate_colorspace="Linear Rec.709 (sRGB)",
-            checkpoints=checkpoints,
-            paths=paths,
-            frame_hw=(h, w),
-        )
+        return small_chunk_job(root, pattern, spec, FRAMES, version=version)
 
     return job
 

@@ -313,7 +313,7 @@ def test_pose_only_writes_nothing(tmp_path: Path) -> None:
     ("kw", "reason"),
     [
         ({"frames": []}, "no frames"),
-        ({"passes": ("normal", "depth")}, "unknown passes"),
+        ({"passes": ("normal", "shadow")}, "unknown passes"),
         ({"image_size": (0, 36)}, "not a picture"),
         ({"data_window": (0, 0, 10, 10)}, "data window"),
         ({"fps": float("nan")}, "positive"),

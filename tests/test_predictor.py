@@ -10,7 +10,8 @@ import sapiens
 from sapiens.preprocess import letterbox, normalize, restore, stretch
 from tests.model_helpers import SMALL_HW, tiny
 
-PASS_TASK = {p: t for p, t in sapiens.PASS_TASKS.items() if t is not None}
+# every Sapiens2 pass (depth is Sapiens v1's: tests/test_sapiens1_models.py)
+PASS_TASK = {p: t for p, t in sapiens.PASS_TASKS.items() if t is not None and p != "depth"}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,8 @@ def test_wrong_model_for_a_pass() -> None:
     with pytest.raises(ValueError, match="pass 'normal' needs a normal model, got seg"):
         sapiens.Predictor({"normal": tiny("seg")})
     with pytest.raises(ValueError, match="unknown pass"):
+        sapiens.Predictor({"shadow": tiny("seg")})
+    with pytest.raises(ValueError, match="pass 'depth' needs a depth model, got seg"):
         sapiens.Predictor({"depth": tiny("seg")})
 
 

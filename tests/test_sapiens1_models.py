@@ -437,11 +437,26 @@ def test_predictor_runs_v1_models() -> None:
             "seg": tiny_v1("seg", seed=14),
             "normal": tiny_v1("normal", seed=15),
             "pose": tiny_v1("pose", seed=16, num_keypoints=133),
+            "depth": tiny_v1("depth", seed=17),
         },
         batch_size=2,
     )
     images = np.random.default_rng(0).random((3, 100, 90, 3), dtype=np.float32)
-    out = predictor.predict(images, ["seg", "normal"])
+    out = predictor.predict(images, ["seg", "normal", "depth"])
+    assert out["depth"].shape == (3, 100, 90, 1) and np.isfinite(out["depth"]).all()
+    raw = predictor.models["depth"](
+        sapiens.preprocess.normalize(
+            sapiens.preprocess.stretch(torch.from_numpy(images[:1]).permute(0, 3, 1, 2), SMALL_HW)[
+                0
+            ]
+        )
+    )
+    back = sapiens.preprocess.restore(
+        raw, sapiens.preprocess.stretch(torch.zeros(1, 3, 100, 90), SMALL_HW)[1]
+    )
+    np.testing.assert_allclose(
+        out["depth"][0, ..., 0], back[0, 0].detach().numpy(), rtol=1e-5, atol=1e-6
+    )
     assert out["seg"].shape == (3, 100, 90, 28)
     np.testing.assert_allclose(out["seg"].sum(-1), 1.0, rtol=1e-5)
     assert out["normal"].shape == (3, 100, 90, 3)

@@ -19,8 +19,9 @@ def test_defaults_ask_for_every_pass_in_canonical_order():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"passes": "normal,depth"}, "unknown pass 'depth'"),
-        ({"model_size": "2b"}, "unknown model size '2b'"),
+        ({"passes": "normal,shadow"}, "unknown pass 'shadow'"),
+        ({"model_size": "3b"}, "unknown model size '3b'"),
+        ({"family": "sapiens3"}, "family"),
         ({"shot": "sh 010"}, "not a usable name"),
         ({"frames": "1001-abc"}, "frame range"),
         ({"version": "final"}, "must look like v001"),

@@ -160,6 +160,7 @@ class Checkpoint(Base):
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     arch: Mapped[str] = mapped_column(String(128))
     task: Mapped[str] = mapped_column(String(64))
+    family: Mapped[str] = mapped_column(String(16), default="sapiens2", server_default="sapiens2")
     path: Mapped[str] = mapped_column(String(2048))
     trained: Mapped[bool] = mapped_column(Boolean)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)

@@ -632,6 +632,7 @@ def _upsert_checkpoints(
                 "sha256": sha,
                 "arch": str(info.get("arch") or ""),
                 "task": str(info.get("task") or pass_name),
+                "family": str(info.get("family") or "sapiens2"),
                 "path": str(info.get("path") or ""),
                 "trained": bool(info.get("trained", True)),
                 "size_bytes": info.get("size_bytes"),
@@ -649,6 +650,7 @@ def _upsert_checkpoints(
             set_={
                 "arch": new.arch,
                 "task": new.task,
+                "family": new.family,
                 "path": new.path,
                 "trained": new.trained,
                 "size_bytes": func.coalesce(new.size_bytes, CHECKPOINTS.c.size_bytes),

@@ -16,6 +16,7 @@ _CHECKPOINT_COLUMNS = (
     m.Checkpoint.sha256,
     m.Checkpoint.arch,
     m.Checkpoint.task,
+    m.Checkpoint.family,
     m.Checkpoint.path,
     m.Checkpoint.trained,
     m.Checkpoint.size_bytes,
