@@ -106,7 +106,7 @@ def relative_depth(raw: Tensor, foreground: Tensor, plate_width: int) -> Tensor:
 
 def preview_rgb(rgb: Tensor, preview_hw: tuple[int, int]) -> Tensor:
     """The plate as the model saw it (3, H, W'), preview-sized, channels last."""
-    return _preview(rgb, preview_hw).permute(1, 2, 0).contiguous()
+    return _preview(rgb, preview_hw)
 
 
 def _preview(values: Tensor, preview_hw: tuple[int, int]) -> Tensor:

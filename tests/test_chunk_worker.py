@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import OpenEXR
 import pytest
+from PIL import Image
 
 from schemas.spec import parse_spec
 from storage.zarr_store import read_stored_frame
 from tasks.chunk_worker import default_focal, process_chunk
-from tests.shot_helpers import make_plate, small_chunk_job, spec_data
+from tests.shot_helpers import SMALL, make_plate, small_chunk_job, spec_data
 
 FRAMES = (1001, 1002, 1003, 1004, 1005)
 
@@ -79,6 +80,9 @@ def test_every_output_is_recorded_with_a_checksum(shot):
         assert len(record.sha256) == 64 and record.cache_key == done.cache_key
         if record.kind != "zarr":
             assert Path(record.uri).is_file()
+        if record.kind == "preview":  # every preview shows the whole frame, pose's too
+            assert record.shape == (SMALL[1], SMALL[0], 3), record
+            assert Image.open(record.uri).size == SMALL
     assert done.plate_sha256 and len(done.plate_sha256) == 64
     assert {"read", "colour", "infer", "write_exr", "write_zarr"} <= set(done.timings)
 
