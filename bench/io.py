@@ -15,9 +15,11 @@ network instead of Sapiens (``bench.standins.StandInNetwork``, whose own time is
 [device] stages run on the model's device: here the CPU, so they count; on a GPU worker they
 leave the host.
 
-Two runs per size: a staged one (one stage at a time, core-seconds per stage from
-``time.process_time``, which counts every thread of the process) and the worker itself
-(``process_chunk``: reader, device and writer stages overlapped) for wall frames/s.
+The process runs with the glibc allocator settings of the platform's workers
+(`--default-allocator` to leave them). Two runs per size: a staged one (one stage at a time,
+core-seconds per stage from ``time.process_time``, which counts every thread of the process)
+and the worker itself (``process_chunk``: reader, device and writer stages overlapped) for
+wall frames/s.
 ``--content realistic`` (default) gives outputs that look like real passes (smooth normals and
 depth inside a person-shaped region, a few body parts with soft edges, a soft alpha);
 ``noise`` is independent random values per pixel, the worst case for every codec.
@@ -273,6 +275,20 @@ def codec_table(job: Any) -> list[tuple[str, str, float, float]]:
     return rows
 
 
+def _as_a_worker_runs(default_allocator: bool, argv: list[str] | None) -> None:
+    """Run again with the allocator settings of the workers the platform starts
+    (`flows.cluster.ALLOCATOR_ENV`): glibc reads them when a process starts."""
+    import sys
+
+    from flows.cluster import allocator_env
+
+    missing = allocator_env()
+    if default_allocator or not missing:
+        return
+    args = sys.argv[1:] if argv is None else argv
+    os.execve(sys.executable, [sys.executable, "-m", "bench.io", *args], {**os.environ, **missing})
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="1920x1080,4096x2160", help="comma-separated WxH")
@@ -281,7 +297,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--content", choices=("realistic", "noise"), default="realistic")
     p.add_argument("--previews", action="store_true", help="write the previews too")
     p.add_argument("--codecs", action="store_true", help="the EXR codec and zip-level table")
+    p.add_argument(
+        "--default-allocator",
+        action="store_true",
+        help="glibc's default malloc settings, not the ones the platform's workers run with",
+    )
     args = p.parse_args(argv)
+    _as_a_worker_runs(args.default_allocator, argv)
     passes = [s.strip() for s in args.passes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):

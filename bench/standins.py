@@ -221,10 +221,16 @@ class StandInNetwork(nn.Module):
                 logits[:, part] = 12 * person * torch.exp(-((green - seen) ** 2) / 0.004)
             out = logits
         else:
-            dy, dx = torch.gradient(person, dim=(-2, -1))
-            depth = 6.0 - 2.5 * person - 0.3 * green
+            # a rounded body: the silhouette blurred into a height field, whose slope tilts
+            # the normals and whose height brings the depth forward, smoothly everywhere
+            height_field = person[:, None]
+            for _ in range(3):
+                height_field = F.avg_pool2d(height_field, 5, stride=1, padding=2)
+            height_field = height_field[:, 0]
+            dy, dx = torch.gradient(height_field, dim=(-2, -1))
+            depth = 6.0 - 1.5 * person - 1.0 * height_field - 0.1 * green
             if self.task == "normal":
-                out = torch.stack([-dx * 4, -dy * 4, -torch.ones_like(dx)], dim=1)
+                out = torch.stack([-dx * 6, -dy * 6, -torch.ones_like(dx)], dim=1)
             else:
                 rows = torch.linspace(-0.5, 0.5, depth.shape[-2], device=x.device)
                 cols = torch.linspace(-0.66, 0.66, depth.shape[-1], device=x.device)
