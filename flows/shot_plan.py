@@ -12,7 +12,7 @@ from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, PlateInfo
 from storage.sequences import PlateSequence
 from storage.zarr_store import KEYPOINTS, shard_of
-from tasks.checkpoints import CheckpointRef
+from tasks.checkpoints import CheckpointRef, seg_class_names
 from tasks.chunk_worker import ChunkJob
 from tasks.output_paths import ShotOutputPaths
 
@@ -40,6 +40,11 @@ class ShotPlan:
         """The pose model's keypoint count (308; a Sapiens v1 COCO model 17 or 133)."""
         pose = self.checkpoints.get("pose")
         return pose.outputs if pose is not None and pose.outputs else KEYPOINTS
+
+    @property
+    def seg_classes(self) -> tuple[str, ...]:
+        """The seg model's class names, index order (Sapiens v1 has no Eyeglass class)."""
+        return seg_class_names(self.checkpoints)
 
     def expected_key(self, plate_sha256: str) -> str:
         shas = [ref.sha256 for ref in self.checkpoints.values()]

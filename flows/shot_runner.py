@@ -218,15 +218,14 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         plan.frames_per_shard,
     )
     options = plan.storage_options or None
+    sizes: dict[str, Any] = {"keypoints": plan.keypoints, "seg_classes": plan.seg_classes}
     with writing(plan.paths.zarr, None):
         try:
-            create_shot_store(*args, storage_options=options, keypoints=plan.keypoints)
+            create_shot_store(*args, storage_options=options, **sizes)
             return False
         except StorageError as exc:
             log.warning("%s; replacing it and redoing every frame", exc)
-            create_shot_store(
-                *args, storage_options=options, overwrite=True, keypoints=plan.keypoints
-            )
+            create_shot_store(*args, storage_options=options, overwrite=True, **sizes)
             return True
 
 

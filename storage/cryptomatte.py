@@ -10,7 +10,7 @@ Ranks: the top `DEFAULT_RANKS` classes of each pixel by probability, those below
 `DEFAULT_MIN_COVERAGE` as ID 0 / coverage 0 (the spec's "no object"), renormalised; rank 2k
 goes to `<layer>NN.R/G` (ID, coverage) and rank 2k+1 to `<layer>NN.B/A`, NN = k, as float32
 (half destroys IDs). The ranking itself is per-pixel work and runs on the model's device
-(`tasks.seg_outputs.cryptomatte_planes`); this module holds what the file format needs.
+(`tasks.seg_outputs.seg_outputs`); this module holds what the file format needs.
 """
 
 from __future__ import annotations

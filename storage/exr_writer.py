@@ -267,7 +267,7 @@ def _checked_channels(
             raise ValueError(f"{key} is {values.dtype}, the part's pixel type is {dtype}")
         channels[key] = np.ascontiguousarray(values)
     expected = (
-        cryptomatte.channel_names(CRYPTO_LAYER, 2 * (len(names) // 4))
+        part_channels(part, 2 * (len(names) // 4))
         if part == CRYPTO_LAYER and names and len(names) % 4 == 0
         else part_channels(part)
     )

@@ -88,12 +88,7 @@ def depth_rgb(
     else:
         low, high = inverse_depth_range
     span = max(float(high) - float(low), 1e-12)
-    t = np.clip((inverse - float(low)) / span, 0.0, 1.0)
-    rgb = np.stack(
-        [np.interp(t, _RAMP_POSITIONS, _RAMP_COLOURS[:, c]) for c in range(3)], axis=-1
-    ).astype(np.uint8)
-    rgb[~valid] = 0
-    return rgb
+    return _ramp_rgb(np.clip((inverse - float(low)) / span, 0.0, 1.0), valid)
 
 
 def relative_depth_rgb(depth: np.ndarray) -> np.ndarray:
@@ -101,7 +96,12 @@ def relative_depth_rgb(depth: np.ndarray) -> np.ndarray:
     elsewhere, as the same ramp as `depth_rgb` (near = red, far = blue); elsewhere black."""
     values = np.asarray(depth, dtype=np.float32)
     valid = np.isfinite(values) & (values >= 0)
-    t = np.clip(1.0 - np.where(valid, values, 1.0), 0.0, 1.0)
+    return _ramp_rgb(np.clip(1.0 - np.where(valid, values, 1.0), 0.0, 1.0), valid)
+
+
+def _ramp_rgb(t: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Positions `t` in [0, 1] (0 = blue, 1 = red) as the depth ramp, uint8 RGB; black where
+    not `valid`."""
     rgb = np.stack(
         [np.interp(t, _RAMP_POSITIONS, _RAMP_COLOURS[:, c]) for c in range(3)], axis=-1
     ).astype(np.uint8)

@@ -18,7 +18,9 @@ The fill values mark what was never written (a failed frame reads as NaN / 255, 
 plausible zero); `pose` holds (x, y, score) per keypoint (K = 308, or 17 or 133 for a
 Sapiens v1 COCO pose model) and NaN for absent people. `depth` is Sapiens v1's *relative*
 depth (over the person 0 nearest to 1 farthest, -1 elsewhere), not metric: metric depth is
-`pointmap[..., 2]`. Each array says what it holds in its `content` attribute.
+`pointmap[..., 2]`. Each array says what it holds in its `content` attribute; `seg` names its
+classes in `class_names` (index -> name: Sapiens2's 29, or Sapiens v1's 28 without Eyeglass,
+whose later indices are one lower).
 
 `frame_key` is each frame's commit mark: the sha256 digest of the cache key its passes were
 made with, written after every pass of the frame and zeroed before any pass is rewritten.
@@ -61,6 +63,7 @@ log = logging.getLogger(__name__)
 
 STORE_FORMAT = "sapiens2-shot/2"  # /2 added frame_key; a /1 store is replaced (redone)
 KEYPOINTS = 308
+SEG_CLASS_COUNT = 29  # Sapiens2's body-part classes; a Sapiens v1 seg model has 28
 SEG_FILL = 255
 FRAME_ARRAY = "frame"
 FRAME_KEY_ARRAY = "frame_key"
@@ -94,7 +97,7 @@ ARRAY_CONTENT = {
     "pointmap": "camera-space position in metres; [..., 2] is metric depth",
     "albedo": "scene-linear albedo in the plate's working space",
     "matte": "person alpha",
-    "seg": "body-part class index (names in the provenance attribute's class list)",
+    "seg": "body-part class index (names in the class_names attribute: index -> name)",
     "depth": (
         "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 farthest, "
         "-1 elsewhere"
@@ -164,12 +167,14 @@ def create_shot_store(
     storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     keypoints: int = KEYPOINTS,
+    seg_classes: Sequence[str] | None = None,
 ) -> None:
     """Create the shot's group and arrays once, before any frame is written.
 
     If a store with the same layout already exists it is kept as is (a re-run fills in the
     frames it is missing); a store with a different layout is refused unless `overwrite`.
-    `keypoints` is the pose model's keypoint count.
+    `keypoints` is the pose model's keypoint count; `seg_classes` the seg model's class
+    names in index order, kept in the `seg` array's ``class_names`` attribute.
     """
     frame_numbers = [int(frame) for frame in frames]
     _check_layout_args(uri, frame_numbers, height, width, passes, max_people, frames_per_shard)
@@ -183,8 +188,13 @@ def create_shot_store(
     }
     if keypoints != KEYPOINTS:  # stores made before it was recorded hold 308
         layout["keypoints"] = keypoints
+    # Another class list means other indices: such a store is another layout (and replaced).
+    # Stores made before it was recorded hold Sapiens2's 29.
+    if "seg" in passes and seg_classes is not None and len(seg_classes) != SEG_CLASS_COUNT:
+        layout["seg_classes"] = len(seg_classes)
+    names = list(seg_classes) if seg_classes is not None else None
     with _opened(uri, storage_options, read_only=False) as store:
-        _create_in(uri, store, layout, frame_numbers, provenance, overwrite)
+        _create_in(uri, store, layout, frame_numbers, provenance, overwrite, names)
 
 
 def _create_in(
@@ -194,6 +204,7 @@ def _create_in(
     frame_numbers: list[int],
     provenance: Mapping[str, Any],
     overwrite: bool,
+    seg_classes: list[str] | None = None,
 ) -> None:
     frames_per_shard = int(layout["frames_per_shard"])
     if not overwrite:
@@ -234,6 +245,9 @@ def _create_in(
     for name in layout["passes"]:
         spec = PASS_LAYOUTS[name]
         trailing = tuple(sizes[d] if isinstance(d, str) else d for d in spec.trailing)
+        array_attributes: dict[str, Any] = {"content": ARRAY_CONTENT[name]}
+        if name == "seg" and seg_classes is not None:
+            array_attributes["class_names"] = seg_classes
         group.create_array(
             name,
             shape=(count, *trailing),
@@ -243,7 +257,7 @@ def _create_in(
             compressors=[ZARR_COMPRESSOR],
             fill_value=spec.fill,
             dimension_names=spec.dims,
-            attributes={"content": ARRAY_CONTENT[name]},
+            attributes=array_attributes,
         )
 
 

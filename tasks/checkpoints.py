@@ -41,6 +41,7 @@ from sapiens.checkpoint_arch import (
 from sapiens.errors import CheckpointError
 from sapiens.loading import read_header, sha256_file
 from sapiens.predictor import PASS_TASKS
+from sapiens.seg_classes import seg_classes_for
 from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import TASKS as V1_TASKS
 from sapiens.v1_arch import canonical_v1
@@ -194,6 +195,13 @@ def pass_family(pass_name: str, family: str = SAPIENS2) -> str:
     return family if family in have else have[0]
 
 
+def seg_class_names(checkpoints: dict[str, CheckpointRef]) -> tuple[str, ...]:
+    """The class names of the seg model among `checkpoints`, in output order (Sapiens2's
+    when there is none)."""
+    seg = checkpoints.get("seg")
+    return seg_classes_for(seg.family if seg is not None else SAPIENS2)
+
+
 def size_label(arch: str) -> str:
     """The --model-size spelling of an arch: 'sapiens2_1b_4k' -> '1b-4k'; v1 ones too,
     without their family ('sapiens_0.3b' -> '0.3b'; `CheckpointRef.family` tells which)."""
@@ -240,7 +248,7 @@ def resolve_checkpoints(
         if auto:
             sizes[fam] = resolve_auto_size(pass_tasks, scan, preferred, fam)
         else:
-            size = _size_in_family(model_size, fam, pass_tasks)
+            size = _size_in_family(model_size, fam)
             if size is None:
                 problems += [_no_such_size(model_size, fam, p) for p in pass_tasks]
                 continue
@@ -276,7 +284,7 @@ def resolve_checkpoints(
     return CheckpointChoice({name: chosen[name] for name in passes}, size, reason)
 
 
-def _size_in_family(model_size: str, family: str, pass_tasks: dict[str, str]) -> str | None:
+def _size_in_family(model_size: str, family: str) -> str | None:
     """The --model-size label of `model_size` in `family`, None when the family has none."""
     try:
         label = size_label(wanted_arch(model_size, family))

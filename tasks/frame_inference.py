@@ -38,7 +38,7 @@ from schemas.spec import ShotSpec
 from storage.previews import MAX_SIDE, thumbnail_size
 from tasks.anamorphic import desqueeze
 from tasks.blending import FrameBlender
-from tasks.frame_passes import PREVIEW_PREFIX, finish_pass, preview_rgb
+from tasks.frame_passes import PREVIEW_PREFIX, finish_pass, preview_sized
 from tasks.frame_reading import ReadFrame
 from tasks.host_transfer import HostTransfer
 from tasks.normal_rotation import rotate_normals, tile_rotation
@@ -100,7 +100,7 @@ class FrameInference:
         for i, read in enumerate(group):
             people = self._pose(read, frames[i], masks[i]) if "pose" in wanted else []
             if self.spec.previews and "pose" in self.spec.passes:
-                finished[i][PREVIEW_PREFIX + "plate"] = preview_rgb(frames[i], _preview_hw(read))
+                finished[i][PREVIEW_PREFIX + "plate"] = preview_sized(frames[i], _preview_hw(read))
             results.append(InferredFrame(read, HostTransfer(finished[i]), people, focals[i]))
         share = (time.perf_counter() - t0) / len(group)
         for read in group:

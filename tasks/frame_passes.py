@@ -66,12 +66,12 @@ def finish_pass(
         depth = relative_depth(values, foreground, plate_width)
         out[REL_DEPTH_LAYER] = depth
         if preview_hw is not None:
-            out[PREVIEW_PREFIX + name] = _preview(depth[None], preview_hw)
+            out[PREVIEW_PREFIX + name] = preview_sized(depth[None], preview_hw)
         return out
     if name == "normal":
         values = normalize_vectors(values)
     if preview_hw is not None and name != "seg":
-        out[PREVIEW_PREFIX + name] = _preview(values, preview_hw)
+        out[PREVIEW_PREFIX + name] = preview_sized(values, preview_hw)
     values = resqueeze(values, plate_width, unit_vectors=name == "normal")
     if name == "normal":
         out["N"] = values.to(torch.float16)
@@ -104,12 +104,7 @@ def relative_depth(raw: Tensor, foreground: Tensor, plate_width: int) -> Tensor:
     return torch.where(person, (depth - nearest) / span, -1.0)
 
 
-def preview_rgb(rgb: Tensor, preview_hw: tuple[int, int]) -> Tensor:
-    """The plate as the model saw it (3, H, W'), preview-sized, channels last."""
-    return _preview(rgb, preview_hw)
-
-
-def _preview(values: Tensor, preview_hw: tuple[int, int]) -> Tensor:
+def preview_sized(values: Tensor, preview_hw: tuple[int, int]) -> Tensor:
     """(C, H, W) area-averaged to ``preview_hw``, float32; one channel comes back (h, w) and
     three channels last (h, w, 3), as ``storage.previews`` takes them."""
     small = values.float()

@@ -42,7 +42,7 @@ from storage.exr_writer import (
 )
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
-from storage.zarr_store import ShotStoreWriter
+from storage.zarr_store import KEYPOINTS, ShotStoreWriter
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame
 from tasks.frame_passes import NONFINITE_PREFIX, PREVIEW_PREFIX
@@ -84,7 +84,7 @@ class FrameWriter:
         *,
         store_index: dict[int, int],
         storage_options: dict[str, Any] | None = None,
-        keypoints: int = 308,
+        keypoints: int = KEYPOINTS,
     ) -> None:
         self.spec = spec
         self.paths = paths

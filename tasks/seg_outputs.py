@@ -27,13 +27,15 @@ Labels. The argmax over classes, ties to the lowest class index (numpy's and tor
 Where the two best keys differ in their value bits, the best key's class is the argmax
 (truncating low bits keeps order, so that class's probability is strictly the largest); only
 pixels whose two best probabilities agree to within those bits need the exact argmax, the
-largest of ``(p == max) * (C - c)``. On the CPU a band without such pixels skips it.
+largest of ``(p == max) * (C - c)``: on the CPU over those pixels alone (found with
+``nonzero``; they are few), on a GPU over every pixel and kept only where they are close
+(a ``where`` rather than a sync to learn which).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -81,7 +83,7 @@ def seg_outputs(
         classes=classes,
         kept=min(max(ranks, 2), classes),  # two ranks at least: the labels need them
         index_mask=(1 << index_bits) - 1,
-        threshold=int(torch.tensor(min_coverage, dtype=torch.float32).view(torch.int32)),
+        minimum=float(torch.tensor(min_coverage, dtype=torch.float32)),
         ids=torch.from_numpy(class_ids(names)).to(device),
     )
     labels = torch.empty(height * width, dtype=torch.int32, device=device)
@@ -103,11 +105,16 @@ class _Ranking:
     classes: int
     kept: int
     index_mask: int
-    threshold: int  # bit pattern of min_coverage
+    minimum: float  # min_coverage as float32 holds it
     ids: Tensor
+    threshold: int = field(init=False)  # the bit pattern of `minimum`
     _keys: Tensor | None = None
     _below: Tensor | None = None
     _best: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # non-negative float32 bit patterns order like the floats they hold
+        self.threshold = int(torch.tensor(self.minimum, dtype=torch.float32).view(torch.int32))
 
     @property
     def value_mask(self) -> int:
@@ -160,9 +167,8 @@ class _Ranking:
         """Coverages (filtered, renormalised in rank order) and IDs of the ranked keys (ranks,
         n) into ``planes`` (4 * layers, n), whose other ranks stay "no object"."""
         coverages = [torch.bitwise_and(key, self.value_mask).view(torch.float32) for key in best]
-        minimum = torch.tensor(self.threshold, dtype=torch.int32).view(torch.float32).item()
         for coverage in coverages:
-            coverage.masked_fill_(coverage < minimum, 0.0)
+            coverage.masked_fill_(coverage < self.minimum, 0.0)
         total = coverages[0].clone()
         for coverage in coverages[1:]:
             total.add_(coverage)

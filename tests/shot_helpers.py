@@ -48,7 +48,7 @@ def small_chunk_job(
     flow chooses them (untrained under `root/ckpt` without a root) and its Zarr store created
     as the shot runner creates it, under `root/out`."""
     from storage.zarr_store import create_shot_store
-    from tasks.checkpoints import resolve_checkpoints
+    from tasks.checkpoints import resolve_checkpoints, seg_class_names
     from tasks.chunk_worker import ChunkJob
     from tasks.output_paths import ShotOutputPaths
 
@@ -61,9 +61,11 @@ def small_chunk_job(
     )
     paths = ShotOutputPaths.for_shot(str(root / "out"), "demo", "sq010", "sh010", version)
     w, h = SMALL
+    classes = seg_class_names(choice.checkpoints)
     create_shot_store(
-        paths.zarr, frames, h, w, spec.passes, spec.max_people, {}, 8, keypoints=keypoints
-    )
+        paths.zarr, frames, h, w, spec.passes, spec.max_people, {}, 8,
+        keypoints=keypoints, seg_classes=classes,
+    )  # fmt: skip
     return ChunkJob(
         index=0,
         frames=frames,

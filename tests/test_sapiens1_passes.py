@@ -118,6 +118,7 @@ def test_relative_depth_has_its_own_zarr_array_saying_what_it_holds(v1_chunk):
         part = next(p for p in exr.parts if p.name() == "relDepth")
         np.testing.assert_array_equal(depth[1], part.channels["relDepth.Z"].pixels)
     assert store["pose"].shape[2] == 308 and "pointmap" not in store
+    assert store["seg"].attrs["class_names"] == list(V1_SEG_CLASSES)  # as the EXR's seg part
     records = {(o.kind, o.pass_name) for f in summary.frames for o in f.outputs}
     assert {("exr", "depth"), ("zarr", "depth"), ("preview", "depth")} <= records
 
@@ -216,3 +217,6 @@ def test_submit_family_sapiens1_with_depth(home, plate, prefect_api):
     }
     nuke = Path(summary["extras"]["nuke_script"]).read_text()
     assert "Shuffle_relDepth" in nuke
+    store = open_shot_store(summary["zarr"])  # the flow creates it with v1's class names
+    assert store["seg"].attrs["class_names"] == list(V1_SEG_CLASSES)
+    assert store.attrs["seg_classes"] == len(V1_SEG_CLASSES)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
+from sapiens.seg_classes import SEG_CLASSES, V1_SEG_CLASSES
 from storage.errors import FrameError, StorageError
 from storage.zarr_store import (
     KEYPOINTS,
@@ -18,6 +19,7 @@ from storage.zarr_store import (
     close_store,
     create_shot_store,
     frames_by_shard,
+    open_shot_store,
     read_stored_frame,
     shard_of,
     write_frame,
@@ -191,6 +193,24 @@ def test_existing_store_is_kept_or_refused(tmp_path: Path) -> None:
         _create(uri, passes=["matte", "seg"])
     _create(uri, passes=["matte", "seg"], overwrite=True)
     assert np.isnan(read_stored_frame(uri, 0)["matte"]).all()
+
+
+def test_seg_keeps_its_class_names_and_another_class_list_is_another_layout(
+    tmp_path: Path,
+) -> None:
+    uri = str(tmp_path / "classes.zarr")
+    _create(uri, passes=["seg"], seg_classes=SEG_CLASSES)
+    store = open_shot_store(uri)
+    assert store["seg"].attrs["class_names"] == list(SEG_CLASSES)
+    assert "class_names" in store["seg"].attrs["content"]
+    assert "seg_classes" not in store.attrs  # Sapiens2's 29: as stores made before
+    _create(uri, passes=["seg"])  # no names given: the same layout, kept
+    with pytest.raises(StorageError, match="different layout"):  # v1's 28: other indices
+        _create(uri, passes=["seg"], seg_classes=V1_SEG_CLASSES)
+    _create(uri, passes=["seg"], seg_classes=V1_SEG_CLASSES, overwrite=True)
+    store = open_shot_store(uri)
+    assert store["seg"].attrs["class_names"] == list(V1_SEG_CLASSES)
+    assert store.attrs["seg_classes"] == 28
 
 
 def test_bad_frames_raise_frame_errors(tmp_path: Path) -> None:
