@@ -17,14 +17,17 @@ import os
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import dask
 from distributed import Client, LocalCluster
 
 from schemas.settings import Settings
 
 from .refusals import ClusterError
+from .worker_memory import return_freed_memory
 
 # The flow's own connection, once the command has proven the scheduler answers (or, under
 # `svfx serve`, riding out a scheduler restart).
@@ -44,17 +47,63 @@ CONNECT_HINT = f"{START_HINT}; SVFX_DASK_CONNECT_TIMEOUT_S gives it longer"
 # CPU): 10.1 core-s/frame and 0.13 frames/s by default, 6.2 and 0.24 with these. Memory then
 # stays at its high-water mark, which the worker's bounded queues keep flat in the shot's
 # length (`python -m bench.shot`). Variables the user has set are left as they are.
+# glibc reads them once, when a process starts: a Dask nanny must put them in the worker
+# process's environment before spawning it (`nanny_spawn_env`); Dask's `env=` sets them only
+# once the process runs, and its own default MALLOC_TRIM_THRESHOLD_ (64 KiB) would win.
+# Memory kept for reuse would keep a worker that Dask paused above its memory limit's pause
+# fraction paused for good; `flows.worker_memory` returns it then.
 ALLOCATOR_ENV = {
     "MALLOC_ARENA_MAX": "1",
     "MALLOC_MMAP_THRESHOLD_": str(16 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
     "MALLOC_TOP_PAD_": str(256 << 20),
 }
+NANNY_SPAWN_ENV_VAR = "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"
+_SPAWN_ENV_KEY = "distributed.nanny.pre-spawn-environ"
 
 
 def allocator_env() -> dict[str, str]:
     """ALLOCATOR_ENV less what the user's environment sets."""
     return {key: value for key, value in ALLOCATOR_ENV.items() if key not in os.environ}
+
+
+def allocator_settings() -> dict[str, str]:
+    """The allocator settings worker processes start with: the user's where set, else ours."""
+    return {key: os.environ.get(key, value) for key, value in ALLOCATOR_ENV.items()}
+
+
+def nanny_spawn_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What a nanny puts in the environment of the worker process it spawns: Dask's own
+    (OMP_NUM_THREADS=1, ...), the allocator settings, then `extra`."""
+    spawn = {str(k): str(v) for k, v in (dask.config.get(_SPAWN_ENV_KEY, None) or {}).items()}
+    return {**spawn, **allocator_settings(), **(extra or {})}
+
+
+@contextmanager
+def nannies_spawning_with(env: dict[str, str]) -> Iterator[None]:
+    """Dask config under which the nannies created meanwhile (a LocalCluster's) spawn their
+    worker processes with `env` in their environment from the start. A nanny writes it into
+    this process's own environment to do so; what that was is put back afterwards."""
+    before = {key: os.environ.get(key) for key in env}
+    try:
+        with dask.config.set({_SPAWN_ENV_KEY: env}):
+            yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def worker_command_env() -> dict[str, str]:
+    """The environment `svfx worker` adds for a `dask worker` command: the allocator
+    settings, and the config variable that has its nanny pass them (with Dask's own) to the
+    worker process it spawns. A config variable the user has set is left as it is."""
+    env = allocator_env()
+    if NANNY_SPAWN_ENV_VAR not in os.environ:
+        env[NANNY_SPAWN_ENV_VAR] = repr(nanny_spawn_env())
+    return env
 
 
 def local_gpu_count() -> int:
@@ -76,36 +125,33 @@ def start_local_cluster(
         try:
             from dask_cuda import LocalCUDACluster
 
-            return LocalCUDACluster(
-                n_workers=gpus,
-                threads_per_worker=1,
-                resources={"GPU": 1},
-                dashboard_address=dashboard_address,
-                env=allocator_env(),
-            )
+            with nannies_spawning_with(nanny_spawn_env()):
+                return LocalCUDACluster(
+                    n_workers=gpus,
+                    threads_per_worker=1,
+                    resources={"GPU": 1},
+                    dashboard_address=dashboard_address,
+                )
         except ImportError:
             pass  # without dask-cuda: one plain worker per GPU, pinned below
     workers = gpus or n_workers or 2
     cores = os.cpu_count() or 1
     threads = max(1, cores // workers)
-    env = {
-        **allocator_env(),
-        "SVFX_TORCH_THREADS": str(threads),
-        "OMP_NUM_THREADS": str(threads),
-    }
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=dashboard_address,
-        # without a dashboard the scheduler still serves /health on a port, 8787 unless told:
-        # a free one, so two runs at once never warn "port 8787 is already in use"
-        scheduler_kwargs=None if dashboard else {"dashboard_address": "127.0.0.1:0"},
-        resources={"GPU": 1} if gpus else None,
-        env=env,
-        silence_logs=logging.WARNING,
+    spawn_env = nanny_spawn_env(
+        {"SVFX_TORCH_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     )
-    return cluster
+    with nannies_spawning_with(spawn_env):
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=dashboard_address,
+            # without a dashboard the scheduler still serves /health on a port, 8787 unless told:
+            # a free one, so two runs at once never warn "port 8787 is already in use"
+            scheduler_kwargs=None if dashboard else {"dashboard_address": "127.0.0.1:0"},
+            resources={"GPU": 1} if gpus else None,
+            silence_logs=logging.WARNING,
+        )
 
 
 def gpu_slots(client: Client) -> int:
@@ -222,6 +268,7 @@ def dask_client(settings: Settings, address: str | None = None) -> Any:
                 f"({no_answer_reason(address, exc)}): {START_HINT}"
             ) from None
         try:
+            return_freed_memory(client)
             yield client
         finally:
             client.close()
@@ -229,6 +276,7 @@ def dask_client(settings: Settings, address: str | None = None) -> Any:
     cluster = start_local_cluster(settings.local_workers)
     client = Client(cluster)
     try:
+        return_freed_memory(client)
         yield client
     finally:
         with _closing_quietly():

@@ -13,7 +13,12 @@ import subprocess
 import sys
 from types import FrameType
 
-from .cluster import allocator_env, local_gpu_count, scheduler_dashboard, scheduler_identity
+from .cluster import (
+    local_gpu_count,
+    scheduler_dashboard,
+    scheduler_identity,
+    worker_command_env,
+)
 from .refusals import ClusterError
 
 
@@ -52,11 +57,11 @@ def worker_commands(
     tag = f"{socket.gethostname()}-{os.environ.get('SLURM_JOB_ID') or os.getpid()}"
     devices = visible_gpus(gpus)
     if not devices:
-        return [([*base, "--name", f"cpu-{tag}"], allocator_env())]
+        return [([*base, "--name", f"cpu-{tag}"], worker_command_env())]
     return [
         (
             [*base, "--resources", "GPU=1", "--name", f"gpu{device}-{tag}"],
-            {**allocator_env(), "CUDA_VISIBLE_DEVICES": device},
+            {**worker_command_env(), "CUDA_VISIBLE_DEVICES": device},
         )
         for device in devices
     ]

@@ -29,9 +29,10 @@ import pytest
 from typer.testing import CliRunner
 
 from flows import workers
-from flows.cluster import ALLOCATOR_ENV
+from flows.cluster import ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
 from tests.shot_helpers import make_plate
+from tests.worker_helpers import start_env
 
 REPO = Path(__file__).resolve().parents[1]
 ADDRESS = "tcp://scheduler.invalid:8786"
@@ -44,8 +45,15 @@ def _flag(cmd: list[str], name: str) -> str | None:
 
 @pytest.fixture(autouse=True)
 def _default_allocator(monkeypatch):
-    for key in ALLOCATOR_ENV:
+    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR]:
         monkeypatch.delenv(key, raising=False)
+
+
+def _set_here(env: dict[str, str]) -> dict[str, str]:
+    """A worker command's environment less the config variable that has its nanny pass the
+    allocator settings on (tests/test_worker_memory.py checks that one)."""
+    assert "MALLOC_ARENA_MAX" in env.pop(NANNY_SPAWN_ENV_VAR)
+    return env
 
 
 def test_auto_starts_one_gpu_worker_per_visible_device(monkeypatch):
@@ -53,7 +61,7 @@ def test_auto_starts_one_gpu_worker_per_visible_device(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert visible_gpus("auto") == ["2", "3"]
     commands = worker_commands(ADDRESS, "auto")
-    assert [env for _cmd, env in commands] == [
+    assert [_set_here(env) for _cmd, env in commands] == [
         {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "2"},
         {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "3"},
     ]
@@ -70,7 +78,7 @@ def test_a_count_takes_the_first_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 2, 3 ,")
     assert visible_gpus("1") == ["2"]
     ((cmd, env),) = worker_commands(ADDRESS, "1", nthreads=2, memory_limit="8GB")
-    assert env == {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "2"}
+    assert _set_here(env) == {**ALLOCATOR_ENV, "CUDA_VISIBLE_DEVICES": "2"}
     assert (_flag(cmd, "--nthreads"), _flag(cmd, "--memory-limit")) == ("2", "8GB")
 
 
@@ -80,7 +88,7 @@ def test_zero_gpus_gives_one_cpu_worker_without_the_gpu_resource(monkeypatch):
     assert visible_gpus("0") == []
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own setting stays
     ((cmd, env),) = worker_commands(ADDRESS, "0")
-    assert env == {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
+    assert _set_here(env) == {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
     assert "--resources" not in cmd and "GPU=1" not in cmd
     assert _flag(cmd, "--name").startswith("cpu-")
 
@@ -236,6 +244,10 @@ def test_svfx_workers_register_with_their_names(loopback):
     )
     assert all(not w.get("resources") for w in info)  # CPU workers: no GPU resource
     assert all(w["nthreads"] == 1 for w in info)
+    # the processes the nannies spawned started with the allocator settings (glibc reads them
+    # then), not with Dask's own MALLOC_TRIM_THRESHOLD_
+    for started in loopback["client"].run(start_env).values():
+        assert {key: started.get(key) for key in ALLOCATOR_ENV} == ALLOCATOR_ENV
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,114 @@
+"""Worker processes start with the platform's allocator settings, and a worker that Dask
+paused for memory it had freed but kept resumes (`flows.worker_memory`).
+
+Real LocalClusters: glibc reads its MALLOC_* settings when a process starts, so the test
+reads each worker's environment as the process started (/proc/<pid>/environ), not
+os.environ, which Dask's `env=` fills in only once the process runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import time
+
+import dask
+import pytest
+from distributed import Client, LocalCluster
+
+from flows.cluster import (
+    ALLOCATOR_ENV,
+    NANNY_SPAWN_ENV_VAR,
+    dask_client,
+    nannies_spawning_with,
+    nanny_spawn_env,
+    worker_command_env,
+)
+from flows.worker_memory import PLUGIN_NAME, return_freed_memory
+from schemas.settings import Settings
+from tests.worker_helpers import start_env
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="glibc's allocator and /proc are Linux's"
+)
+
+
+@pytest.fixture(autouse=True)
+def _default_allocator(monkeypatch):
+    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR]:
+        monkeypatch.delenv(key, raising=False)
+
+
+def _plugin_trims(dask_worker) -> int | None:
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    return None if plugin is None else plugin.trims
+
+
+def test_the_embedded_cluster_starts_its_workers_with_the_allocator_settings(tmp_path):
+    settings = Settings(home=tmp_path, local_workers=1)
+    ours = [*ALLOCATOR_ENV, "SVFX_TORCH_THREADS", "OMP_NUM_THREADS"]
+    before = {key: os.environ.get(key) for key in ours}
+    with dask_client(settings) as client:
+        (started,) = client.run(start_env).values()
+        (trims,) = client.run(_plugin_trims).values()
+    for key, value in ALLOCATOR_ENV.items():
+        assert started.get(key) == value, key  # Dask's own MALLOC_TRIM_THRESHOLD_ does not win
+    threads = str(os.cpu_count() or 1)
+    assert started["SVFX_TORCH_THREADS"] == started["OMP_NUM_THREADS"] == threads
+    assert trims == 0  # the plugin is in place, and nothing was above the pause fraction
+    assert {key: os.environ.get(key) for key in ours} == before  # the nanny's writes: undone
+
+
+def test_the_users_own_allocator_setting_wins(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    with nannies_spawning_with(nanny_spawn_env()), LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        (started,) = client.run(start_env).values()
+    assert started["MALLOC_TRIM_THRESHOLD_"] == "131072"
+    assert started["MALLOC_ARENA_MAX"] == ALLOCATOR_ENV["MALLOC_ARENA_MAX"]
+
+
+def test_svfx_worker_commands_have_their_nanny_pass_the_settings_on(monkeypatch):
+    env = worker_command_env()
+    spawned = ast.literal_eval(env.pop(NANNY_SPAWN_ENV_VAR))
+    assert env == ALLOCATOR_ENV
+    dasks = {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
+    assert spawned == {**dasks, **ALLOCATOR_ENV}
+    assert spawned["OMP_NUM_THREADS"] == "1"  # Dask's own defaults stay
+    monkeypatch.setenv(NANNY_SPAWN_ENV_VAR, "{}")  # the user's own config variable stays
+    assert NANNY_SPAWN_ENV_VAR not in worker_command_env()
+
+
+def _allocate_and_free(megabytes: int) -> int:
+    import numpy as np
+
+    blocks = [np.ones(16 << 20, dtype=np.uint8) for _ in range(megabytes // 16)]
+    return len(blocks)
+
+
+def _resident_mb() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss >> 20
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_paused_by_memory_it_freed_and_kept_resumes():
+    """With freed blocks kept, a worker that once went above its pause fraction stays above
+    it; without the plugin the second task below never runs (the worker stays paused)."""
+    memory = {"distributed.worker.memory.pause": 0.5, "distributed.worker.memory.terminate": False}
+    with dask.config.set(memory), nannies_spawning_with(nanny_spawn_env()):
+        cluster = LocalCluster(
+            n_workers=1, threads_per_worker=1, memory_limit="1GiB", dashboard_address=None
+        )
+    with cluster, Client(cluster) as client:
+        return_freed_memory(client)
+        assert client.submit(_allocate_and_free, 640, pure=False).result() == 40  # above half
+        started = time.monotonic()
+        resident = client.submit(_resident_mb, pure=False).result(timeout=30)
+        (trims,) = client.run(_plugin_trims).values()
+    assert time.monotonic() - started < 30
+    assert resident < 512, resident  # back under the pause fraction of 1 GiB
+    assert trims >= 1
