@@ -11,6 +11,7 @@ Weights are UNTRAINED (random, built once): speed does not depend on them.
 
     python -m bench.shot                                   # 200 frames, 1920x1080, tiny
     python -m bench.shot --frames 48 --size 4096x2160 --model-size 0.1b
+    python -m bench.shot --default-allocator               # workers with Dask's malloc settings
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class RssSampler:
                 continue
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per worker: RSS in the first and last quarter of the shot (medians), the peak, and
-        the growth between the two quarters."""
+        """Per worker: RSS in the first and last quarter of the shot (medians), the peak, the
+        growth between the two quarters, and the median of each tenth of the shot (whether
+        memory levels off or keeps rising)."""
         out = {}
         for worker, values in self.samples.items():
             quarter = max(1, len(values) // 4)
@@ -76,8 +78,14 @@ class RssSampler:
                 "last_quarter_mb": round(last, 1),
                 "peak_mb": round(max(values), 1),
                 "growth_pct": round(100 * (last - first) / first, 1),
+                "tenths_mb": [round(statistics.median(part)) for part in _tenths(values)],
             }
         return out
+
+
+def _tenths(values: list[float]) -> list[list[float]]:
+    size = max(1, len(values) // 10)
+    return [values[i : i + size] for i in range(0, size * (len(values) // size), size)][:10]
 
 
 def run(frames: int, size: tuple[int, int], model_size: str, workers: int, home: Path) -> dict:
@@ -139,7 +147,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", default="1920x1080")
     p.add_argument("--model-size", default="tiny")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--default-allocator",
+        action="store_true",
+        help="workers with Dask's own malloc settings, not the ones the platform gives them",
+    )
     args = p.parse_args(argv)
+    if args.default_allocator:
+        import flows.cluster
+
+        flows.cluster.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp
