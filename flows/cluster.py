@@ -49,6 +49,7 @@ CONNECT_HINT = f"{START_HINT}; SVFX_DASK_CONNECT_TIMEOUT_S gives it longer"
 # (`python -m bench.shot`) ran at 0.22 frames/s against 0.11 with Dask's settings, its
 # workers at 2.4 GB against 1.2, still rising about 0.45 MB a frame at the end (Dask's:
 # flat after mid-shot). Variables the user has set are left as they are.
+#
 # glibc reads them once, when a process starts: a Dask nanny must put them in the worker
 # process's environment before spawning it (`nanny_spawn_env`); Dask's `env=` sets them only
 # once the process runs, and its own default MALLOC_TRIM_THRESHOLD_ (64 KiB) would win.

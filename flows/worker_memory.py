@@ -6,10 +6,10 @@ its high-water mark. Dask pauses a worker whose resident size is above its ``pau
 fraction of the memory limit (0.8 by default) and resumes it only once the size falls again;
 with nothing ever returned, a worker that once peaked above it (four real models on the CPU,
 say) would stay paused for good and its chunks would wait forever: measured, a 1 GiB worker
-that had freed 750 MB ran nothing more. ``ReturnFreedMemory`` asks glibc to return what is
-free (``malloc_trim``) when a task ends above that fraction, and every second while the
-worker is paused, so a peak costs one trim rather than the worker. Within a chunk, frames
-still reuse the kept blocks.
+that had allocated and freed 820 MB (852 MB resident, pause at 0.8) ran nothing more.
+``ReturnFreedMemory`` asks glibc to return what is free (``malloc_trim``) when a task ends
+above that fraction, and every second while the worker is paused, so a peak costs one trim
+rather than the worker. Within a chunk, frames still reuse the kept blocks.
 
 It is a worker plugin the flow registers on whatever cluster it uses (``flows.cluster``):
 workers that join later get it too. Where glibc's ``malloc_trim`` is missing (another C
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 from typing import Any
 
@@ -34,13 +35,21 @@ PAUSED_TRIM_INTERVAL_MS = 1000
 
 def malloc_trim() -> bool:
     """Return the C heap's free pages to the kernel; False where glibc's call is missing."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc_malloc_trim()
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _glibc_malloc_trim() -> Any:
+    """glibc's malloc_trim, looked up once (find_library runs ldconfig: not every second in
+    the worker's event loop); None where there is none."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 class ReturnFreedMemory(WorkerPlugin):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,7 +195,7 @@ def pass_family(pass_name: str, family: str = SAPIENS2) -> str:
     return family if family in have else have[0]
 
 
-def seg_class_names(checkpoints: dict[str, CheckpointRef]) -> tuple[str, ...]:
+def seg_class_names(checkpoints: Mapping[str, CheckpointRef]) -> tuple[str, ...]:
     """The class names of the seg model among `checkpoints`, in output order (Sapiens2's
     when there is none)."""
     seg = checkpoints.get("seg")

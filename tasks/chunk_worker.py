@@ -36,11 +36,10 @@ from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
-from sapiens.seg_classes import SEG_CLASSES, seg_classes_for
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
 from storage.zarr_store import ShotStoreWriter
-from tasks.checkpoints import CheckpointRef
+from tasks.checkpoints import CheckpointRef, seg_class_names
 from tasks.colour import ColourConversion
 from tasks.frame_inference import FrameInference, InferredFrame, default_focal
 from tasks.frame_reading import FrameReader, ReadFrame, failed
@@ -171,7 +170,7 @@ class _ChunkRunner:
             pinned=predictor.device.type == "cuda",
         )
         infos = predictor.infos
-        classes = seg_classes_for(infos["seg"].family) if "seg" in infos else SEG_CLASSES
+        classes = seg_class_names(job.checkpoints)  # as the flow's Zarr store names them
         pose_head = infos["pose"].head if "pose" in infos else None
         self.inference = FrameInference(spec, predictor, classes)
         self.writer = FrameWriter(
