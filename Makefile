@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test lint format demo bench clean
+.PHONY: venv test lint format demo bench gpu-kit clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,12 @@ demo: venv
 
 bench: venv
 	$(PY) -m bench.model
+
+# The GPU kit (bench/gpu_kit.py): CPython 3.12 wheels of what the CUDA checks and bench.gpu
+# import beyond a GPU node's own torch, numpy, safetensors and pytest, into gpu-kit/ (ignored).
+# On the node: python3 -m bench.gpu_kit run
+gpu-kit: venv
+	$(PY) -m bench.gpu_kit build
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

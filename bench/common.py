@@ -1,10 +1,12 @@
-"""What the benchmark scripts (and the catalog tests) share: a free loopback port, a throwaway
-PostgreSQL database, and a made-up plate to record jobs against."""
+"""What the benchmark scripts (and the catalog tests) share: running as a worker runs, a free
+loopback port, a throwaway PostgreSQL database, and a made-up plate to record jobs against."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,19 @@ if TYPE_CHECKING:
     from schemas.summaries import PlateInfo
 
 DEFAULT_PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def as_a_worker_runs(module: str, default_allocator: bool, argv: list[str] | None) -> None:
+    """Run ``python -m module`` again with the allocator settings of the workers the platform
+    starts (``flows.allocator.ALLOCATOR_ENV``; glibc reads them when a process starts), unless
+    ``default_allocator`` or they are all set already."""
+    from flows.allocator import allocator_env
+
+    missing = allocator_env()
+    if default_allocator or not missing:
+        return
+    args = sys.argv[1:] if argv is None else argv
+    os.execve(sys.executable, [sys.executable, "-m", module, *args], {**os.environ, **missing})
 
 
 def free_port() -> int:

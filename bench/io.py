@@ -36,6 +36,7 @@ import argparse
 import ctypes
 import io
 import os
+import resource
 import tempfile
 import time
 from collections import defaultdict
@@ -47,6 +48,8 @@ from typing import Any
 import numpy as np
 import OpenEXR
 import torch
+
+from bench.common import as_a_worker_runs
 
 DENSE = ("normal", "pointmap", "albedo", "matte", "seg")
 
@@ -76,19 +79,28 @@ class Stages:
 
 
 def write_plates(directory: Path, height: int, width: int, frames: int, content: str) -> str:
-    """A plate sequence (half RGB, ZIP) of the stand-in's person figure; its pattern."""
+    """A plate sequence (half RGB, ZIP) of the stand-in's person figure; its pattern. Frames
+    are made on every core (numpy and OpenEXR leave the GIL for the big work)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from bench.standins import person_plate
 
     directory.mkdir(parents=True)
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
-    for index in range(frames):
+
+    def write(index: int) -> None:
         rgb = person_plate(height, width, frame=index)
         path = directory / f"plate.{1001 + index:04d}.exr"
         OpenEXR.File(header, {"RGB": rgb.astype(np.float16)}).write(str(path))
+
+    with ThreadPoolExecutor(min(frames, os.cpu_count() or 1)) as pool:
+        list(pool.map(write, range(frames)))
     return str(directory / "plate.####.exr")
 
 
-def _job(pattern: str, out: Path, frames: int, size: tuple[int, int], passes: list[str], **spec):
+def chunk_job(
+    pattern: str, out: Path, frames: int, size: tuple[int, int], passes: list[str], **spec: Any
+) -> Any:
     """A chunk job of every frame, its store created, with stand-in checkpoint facts."""
     from schemas.spec import parse_spec
     from storage.zarr_store import create_shot_store, shard_frames
@@ -214,33 +226,56 @@ def run(
 ) -> dict[str, Any]:
     import sapiens
     from bench.standins import stand_in_models
-    from tasks.chunk_worker import process_chunk
 
     torch.set_num_threads(os.cpu_count() or 1)
     pattern = write_plates(root / f"plates_{width}x{height}", height, width, frames, content)
     predictor = sapiens.Predictor(stand_in_models(passes, content), device="cpu")
     stages = Stages()
-    job = _job(pattern, root / "staged", frames, (width, height), passes, **spec)
+    job = chunk_job(pattern, root / "staged", frames, (width, height), passes, **spec)
     staged(job, predictor, stages)
     per_frame = {k: v / frames for k, v in stages.cpu.items()}
-    job = _job(pattern, root / "overlapped", frames, (width, height), passes, **spec)
-    wall = time.perf_counter()
+    job = chunk_job(pattern, root / "overlapped", frames, (width, height), passes, **spec)
     before = _stand_in_seconds(predictor)
-    summary = process_chunk(job, predictor=predictor)
-    wall = time.perf_counter() - wall
-    failed = [f.error for f in summary.frames if f.status != "done"]
-    if failed:
-        raise RuntimeError(f"frames failed: {failed}")
+    worker = worker_figures(job, predictor)
     exr_sizes = [Path(job.paths.exr(n)).stat().st_size for n in job.frames]
     return {
         "size": f"{width}x{height}",
-        "frames_per_s": frames / wall,
+        "frames_per_s": worker["frames_per_s"],
         "stand_in_s_per_frame": (_stand_in_seconds(predictor) - before) / frames,
         "core_s_per_frame": sum(per_frame.values()),
         "stages": per_frame,
         "sys_stages": {k: v / frames for k, v in stages.sys.items()},
         "exr_mb": sum(exr_sizes) / len(exr_sizes) / 1e6,
         "parts": job,
+    }
+
+
+def worker_figures(job: Any, predictor: Any) -> dict[str, float]:
+    """The worker itself (``process_chunk``: reader, device and writer stages overlapped) over
+    ``job`` with ``predictor``: wall frames/s, the seconds inside the networks (the predictor's
+    device timer) and their share of the wall time, and the host's core-seconds per frame
+    (every thread of this process, user and kernel). Raises if a frame failed."""
+    from tasks.chunk_worker import process_chunk
+
+    frames = len(job.frames)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    model_before = predictor.timer.seconds()
+    wall = time.perf_counter()
+    summary = process_chunk(job, predictor=predictor)
+    wall = time.perf_counter() - wall
+    model = predictor.timer.seconds() - model_before
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    failed = [f.error for f in summary.frames if f.status != "done"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {frames} frames failed: {failed[:3]}")
+    host = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return {
+        "frames": frames,
+        "wall_s": wall,
+        "frames_per_s": frames / wall,
+        "model_s": model,
+        "model_share": model / wall,
+        "host_core_s_per_frame": host / frames,
     }
 
 
@@ -275,20 +310,6 @@ def codec_table(job: Any) -> list[tuple[str, str, float, float]]:
     return rows
 
 
-def _as_a_worker_runs(default_allocator: bool, argv: list[str] | None) -> None:
-    """Run again with the allocator settings of the workers the platform starts
-    (`flows.cluster.ALLOCATOR_ENV`): glibc reads them when a process starts."""
-    import sys
-
-    from flows.cluster import allocator_env
-
-    missing = allocator_env()
-    if default_allocator or not missing:
-        return
-    args = sys.argv[1:] if argv is None else argv
-    os.execve(sys.executable, [sys.executable, "-m", "bench.io", *args], {**os.environ, **missing})
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="1920x1080,4096x2160", help="comma-separated WxH")
@@ -303,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         help="glibc's default malloc settings, not the ones the platform's workers run with",
     )
     args = p.parse_args(argv)
-    _as_a_worker_runs(args.default_allocator, argv)
+    as_a_worker_runs("bench.io", args.default_allocator, argv)
     passes = [s.strip() for s in args.passes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):

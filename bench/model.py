@@ -33,16 +33,30 @@ from bench import reference_model_v1
 from bench.reference_model import model_forward
 from sapiens.torch_compile import compile_model
 
-# Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets.
-BF16_PEAK_TFLOPS = {
-    "H100 SXM": 989.4,
-    "H100 NVL": 835.0,
-    "H100 PCIe": 756.0,
-    "H200": 989.4,
-    "A100": 312.0,
-    "L40S": 362.0,
-    "B200": 2250.0,
-}
+# Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets, by
+# the words of the name CUDA reports; the first row whose words are all in the name wins. A
+# name no row matches has no known peak: the TFLOP/s are printed and the share is not guessed.
+BF16_PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("H100", "PCIe"), 756.0),
+    (("H100", "NVL"), 835.0),
+    (("H100", "SXM"), 989.4),
+    (("H100", "HBM3"), 989.4),  # "NVIDIA H100 80GB HBM3" is the SXM5 board
+    (("GH200",), 989.4),
+    (("H200", "NVL"), 835.0),
+    (("H200",), 989.4),  # "NVIDIA H200": the SXM board
+    (("A100",), 312.0),
+    (("L40S",), 362.0),
+    (("B200",), 2250.0),
+)
+
+
+def peak_for_name(name: str) -> float | None:
+    """The dense bf16 peak of the GPU CUDA calls ``name``, or None when it is not known."""
+    words = set(name.replace("-", " ").split())
+    for keys, peak in BF16_PEAK_TFLOPS:
+        if all(key in words for key in keys):
+            return peak
+    return None
 
 
 @dataclass
@@ -70,11 +84,7 @@ def count_flops(arch: str, task: str | None, hw: tuple[int, int], batch: int) ->
 def device_peak(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in BF16_PEAK_TFLOPS.items():
-        if all(part in name for part in key.split()):
-            return peak
-    return None
+    return peak_for_name(torch.cuda.get_device_name(device))
 
 
 class PeakRSS:
@@ -143,7 +153,8 @@ def bench_one(arch: str, hw: tuple[int, int], args, device: torch.device) -> lis
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
     task = args.task
     rows: list[Row] = []
-    model = sapiens.build_model(arch, task, input_hw=hw, seed=0).to(device=device, dtype=dtype)
+    # made on the device: a 1B model's random init takes seconds on a host's cores
+    model = sapiens.build_model(arch, task, input_hw=hw, seed=0, device=device, dtype=dtype)
     label = model.info.arch + (f" {task}" if task else "")
     res = f"{hw[0]}x{hw[1]}"
     flops = count_flops(arch, task, hw, args.batch)
@@ -162,7 +173,7 @@ def bench_one(arch: str, hw: tuple[int, int], args, device: torch.device) -> lis
         fns: dict[str, Callable[[], object]] = {"fast": lambda: model(xs)}
         if args.compile:
             compiled = compile_model(
-                sapiens.build_model(arch, task, input_hw=hw, seed=0).to(device=device, dtype=dtype)
+                sapiens.build_model(arch, task, input_hw=hw, seed=0, device=device, dtype=dtype)
             )
             for _ in range(2):  # compile outside the timing
                 compiled(xs)

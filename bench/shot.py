@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     if args.default_allocator:
-        import flows.cluster
+        import flows.allocator
 
-        flows.cluster.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
+        flows.allocator.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp

@@ -26,6 +26,7 @@ from distributed import Client, LocalCluster
 
 from schemas.settings import Settings
 
+from .allocator import allocator_env, allocator_settings
 from .refusals import ClusterError
 from .worker_memory import return_freed_memory
 
@@ -38,41 +39,8 @@ START_HINT = (
 CONNECT_HINT = f"{START_HINT}; SVFX_DASK_CONNECT_TIMEOUT_S gives it longer"
 
 
-# glibc's allocator, for the worker processes this platform starts: one arena, and freed
-# blocks of any size kept for reuse instead of being returned to the kernel. Frames allocate
-# the same large arrays over and over (a 4K frame's 29 class planes are 1 GB; each model batch
-# of seg tiles 365 MB on the CPU); by default each is mmapped afresh and page-faulted in, and
-# freed blocks of worker threads' arenas are unmapped. Measured on the project's 2-core VM
-# (`python -m bench.io --sizes 4096x2160 --frames 3`, realistic content, per-pixel work on the
-# CPU): 10.1 core-s/frame and 0.13 frames/s by default, 6.2 and 0.24 with these. Memory then
-# stays at its high-water mark: a 200-frame 1080p shot through the embedded cluster
-# (`python -m bench.shot`) ran at 0.22 frames/s against 0.11 with Dask's settings, its
-# workers at 2.4 GB against 1.2, still rising about 0.45 MB a frame at the end (Dask's:
-# flat after mid-shot). Variables the user has set are left as they are.
-#
-# glibc reads them once, when a process starts: a Dask nanny must put them in the worker
-# process's environment before spawning it (`nanny_spawn_env`); Dask's `env=` sets them only
-# once the process runs, and its own default MALLOC_TRIM_THRESHOLD_ (64 KiB) would win.
-# Memory kept for reuse would keep a worker that Dask paused above its memory limit's pause
-# fraction paused for good; `flows.worker_memory` returns it then.
-ALLOCATOR_ENV = {
-    "MALLOC_ARENA_MAX": "1",
-    "MALLOC_MMAP_THRESHOLD_": str(16 << 30),
-    "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
-    "MALLOC_TOP_PAD_": str(256 << 20),
-}
 NANNY_SPAWN_ENV_VAR = "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"
 _SPAWN_ENV_KEY = "distributed.nanny.pre-spawn-environ"
-
-
-def allocator_env() -> dict[str, str]:
-    """ALLOCATOR_ENV less what the user's environment sets."""
-    return {key: value for key, value in ALLOCATOR_ENV.items() if key not in os.environ}
-
-
-def allocator_settings() -> dict[str, str]:
-    """The allocator settings worker processes start with: the user's where set, else ours."""
-    return {key: os.environ.get(key, value) for key, value in ALLOCATOR_ENV.items()}
 
 
 def nanny_spawn_env(extra: dict[str, str] | None = None) -> dict[str, str]:

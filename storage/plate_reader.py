@@ -21,7 +21,6 @@ import numpy as np
 from storage.errors import FrameError, reading
 from storage.exr_reader import EXR_MAGIC, read_exr
 from storage.frame import Frame
-from storage.oiio_reader import read_oiio_image
 from storage.retry import RetryPolicy, with_retries
 from storage.uri import filesystem_for, is_remote
 
@@ -53,7 +52,7 @@ def read_plate_frame(
         decoded = read_exr(path, uri, frame, layer)
     else:
         _reject_fake_exr(magic, uri, frame)
-        decoded = read_oiio_image(path, uri, frame, layer)
+        decoded = _read_other(path, uri, frame, layer)
     return apply_nonfinite_policy(decoded, nonfinite)
 
 
@@ -146,4 +145,13 @@ def _read_image_bytes(data: bytes, uri: str, frame: int | None, layer: str | Non
         path = os.path.join(scratch, f"frame{suffix}")
         with open(path, "wb") as handle:
             handle.write(data)
-        return read_oiio_image(path, uri, frame, layer)
+        return _read_other(path, uri, frame, layer)
+
+
+def _read_other(path: str, uri: str, frame: int | None, layer: str | None) -> Frame:
+    """A frame that is not EXR, through OpenImageIO. Imported here, on the first such frame:
+    an EXR-only worker (and the GPU kit, whose wheels must stay small) never loads its 8 MB
+    of libraries."""
+    from storage.oiio_reader import read_oiio_image
+
+    return read_oiio_image(path, uri, frame, layer)

@@ -8,7 +8,6 @@ overlap share one region (one box), and a person cut in two by an occluder gives
 from __future__ import annotations
 
 import numpy as np
-from scipy import ndimage
 
 DEFAULT_MAX_PEOPLE = 20
 _EIGHT_CONNECTED = np.ones((3, 3), dtype=bool)
@@ -39,6 +38,10 @@ def boxes_from_mask(
     if max_people < 0:
         raise ValueError(f"max_people must be >= 0, got {max_people}")
     foreground = values if values.dtype == bool else values >= threshold
+
+    # scipy on the first pose frame only: a worker without pose (and the GPU kit) never
+    # imports it
+    from scipy import ndimage
 
     labels, count = ndimage.label(foreground, structure=_EIGHT_CONNECTED)
     if count == 0 or max_people == 0:

@@ -29,7 +29,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows import workers
-from flows.cluster import ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR
+from flows.allocator import ALLOCATOR_ENV
+from flows.cluster import NANNY_SPAWN_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
 from tests.shot_helpers import make_plate
 from tests.worker_helpers import start_env

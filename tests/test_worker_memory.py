@@ -17,8 +17,8 @@ import dask
 import pytest
 from distributed import Client, LocalCluster
 
+from flows.allocator import ALLOCATOR_ENV
 from flows.cluster import (
-    ALLOCATOR_ENV,
     NANNY_SPAWN_ENV_VAR,
     dask_client,
     nannies_spawning_with,
