@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,6 +100,15 @@ class Report:
         figure = Figure(section, what, value, unit, note)
         self.figures.append(figure)
         print(f"  {what}: {_shown(value)} {unit}{f'  ({note})' if note else ''}", flush=True)
+
+    def fragment(self, name: str) -> dict[str, Any]:
+        """What one section's child process hands back."""
+        figures = [asdict(f) for f in self.figures if f.section == name]
+        return {"figures": figures, "section": self.sections[name]}
+
+    def merge(self, name: str, fragment: dict[str, Any]) -> None:
+        self.figures.extend(Figure(**f) for f in fragment["figures"])
+        self.sections[name] = fragment["section"]
 
     def write(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -401,12 +411,42 @@ RUNNERS: dict[str, Callable[[Report, torch.device, Sizes], None]] = {
 }
 
 
-def release(device: torch.device) -> None:
-    import gc
+def run_section(report: Report, name: str, device: torch.device, sizes: Sizes) -> None:
+    """One section in this process; a failure is recorded in ``report``, not raised."""
+    started = time.perf_counter()
+    try:
+        RUNNERS[name](report, device, sizes)
+        report.sections[name] = {"seconds": round(time.perf_counter() - started, 1)}
+    except Exception as exc:
+        traceback.print_exc()
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        report.sections[name] = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "error": error[:300],
+        }
+        print(f"  {name} failed: {error[:300]}", flush=True)
 
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+
+def section_in_child(name: str, args: argparse.Namespace, started: float) -> dict[str, Any]:
+    """Run one section in a process of its own and bring back its fragment of the report.
+
+    Each section gets a fresh CUDA context: a failed CUDA graph capture, a compile gone
+    wrong or memory left behind stays in that process (a capture that failed once left the
+    CUDA generator unusable for every later section of the same process, on an H100)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fragment = Path(tmp) / "fragment.json"
+        command = [
+            sys.executable, "-m", "bench.gpu", "--sections", name, "--out", str(args.out),
+            "--child-fragment", str(fragment), "--default-allocator",
+            *(["--device", args.device] if args.device else []),
+            *(["--smoke"] if args.smoke else []),
+        ]  # fmt: skip
+        done = subprocess.run(command, check=False)
+        if fragment.is_file():
+            return json.loads(fragment.read_text())
+    seconds = round(time.perf_counter() - started, 1)
+    error = f"its process ended with exit code {done.returncode} before reporting (log above)"
+    return {"figures": [], "section": {"seconds": seconds, "error": error}}
 
 
 # ----------------------------------------------------------------------------- command
@@ -446,6 +486,7 @@ def main(argv: list[str] | None = None) -> Report:
         action="store_true",
         help="glibc's default malloc settings, not the ones the platform's workers run with",
     )
+    p.add_argument("--child-fragment", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     as_a_worker_runs("bench.gpu", args.default_allocator, argv)
     wanted = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -455,6 +496,11 @@ def main(argv: list[str] | None = None) -> Report:
     device = pick_device(args.device)
     sizes = SMOKE if args.smoke else FULL
     report = Report(args.out, device_facts(device), args.smoke)
+    if args.child_fragment is not None:  # this process is one section's child
+        (name,) = wanted
+        run_section(report, name, device, sizes)
+        args.child_fragment.write_text(json.dumps(report.fragment(name)))
+        return report
     d = report.device
     print(
         f"bench.gpu on {d['name']} ({d['device']}), torch {d['torch']}, CUDA {d['cuda']}; "
@@ -464,18 +510,7 @@ def main(argv: list[str] | None = None) -> Report:
     for name in wanted:
         print(f"[{name}]", flush=True)
         started = time.perf_counter()
-        try:
-            RUNNERS[name](report, device, sizes)
-            report.sections[name] = {"seconds": round(time.perf_counter() - started, 1)}
-        except Exception as exc:
-            traceback.print_exc()
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            report.sections[name] = {
-                "seconds": round(time.perf_counter() - started, 1),
-                "error": error[:300],
-            }
-            print(f"  {name} failed: {error[:300]}", flush=True)
-        release(device)
+        report.merge(name, section_in_child(name, args, started))
         report.write()
         print(f"  ({report.sections[name]['seconds']} s)", flush=True)
     print(f"written: {args.out / 'gpu.json'}, {args.out / 'gpu.md'}")

@@ -25,7 +25,7 @@ def memory_limit() -> Iterator:
     """``limit(bytes)`` caps what this process's caching allocator may hold on the GPU at
     ``bytes`` above what it holds now (``torch.cuda.set_per_process_memory_fraction``); lifted
     after the test."""
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.get_device_properties(device).total_memory
 
     def limit(extra_bytes: int) -> None:

@@ -132,7 +132,8 @@ def test_an_input_that_never_fits_fails_its_frame_by_name_and_the_worker_goes_on
         assert "DeviceMemoryError: the seg model ran out of cuda memory on one" in frame.error
         assert not Path(job.paths.exr(frame.frame)).exists()
 
-    torch.cuda.set_per_process_memory_fraction(1.0)  # the cap lifted: the same models go on
+    # the cap lifted: the same resident models go on
+    torch.cuda.set_per_process_memory_fraction(1.0, torch.cuda.current_device())
     job = chunk_job(
         pattern, tmp_path / "uncapped", FRAMES, CAPPED_SIZE, ["seg"], review_clips=False
     )
