@@ -93,6 +93,7 @@ class Report:
     out: Path
     device: dict[str, Any]
     smoke: bool
+    command: str = "python -m bench.gpu"
     figures: list[Figure] = field(default_factory=list)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -115,9 +116,11 @@ class Report:
         data = {
             "device": self.device,
             "smoke": self.smoke,
+            "command": self.command,
             "weights": "random (UNTRAINED): speed does not depend on them",
             "sections": self.sections,
-            "figures": [asdict(f) for f in self.figures],
+            # each figure names the device it was measured on, so one can be quoted alone
+            "figures": [{**asdict(f), "device": self.device["name"]} for f in self.figures],
         }
         (self.out / "gpu.json").write_text(json.dumps(data, indent=2) + "\n")
         (self.out / "gpu.md").write_text(self.markdown())
@@ -129,8 +132,7 @@ class Report:
             "",
             f"{d['date']}; torch {d['torch']}, CUDA {d['cuda']}; {d['memory_gib']} GiB; "
             f"host: {d['host_cores']} cores. Weights random (UNTRAINED): speed does not "
-            "depend on them. Command: `python -m bench.gpu"
-            f"{' --smoke' if self.smoke else ''}`.",
+            f"depend on them. Command: `{self.command}`.",
             "",
             "| section | figure | value | note |",
             "|---|---|---|---|",
@@ -234,7 +236,7 @@ def label(arch: str, hw: tuple[int, int], batch: int, dtype: torch.dtype) -> str
 
 
 def section_model(report: Report, device: torch.device, sizes: Sizes) -> None:
-    from bench.model import bench_one, peak_for_name
+    from bench.model import bench_one
 
     dtype = model_dtype(device)
     args = SimpleNamespace(
@@ -246,18 +248,27 @@ def section_model(report: Report, device: torch.device, sizes: Sizes) -> None:
     report.add("model", f"{name}: images/s", fast.images_per_s, "images/s")
     report.add("model", f"{name}: peak memory", fast.peak_mem_mib, "MiB")
     if fast.tflops is not None:
-        report.add("model", f"{name}: TFLOP/s", fast.tflops, "TFLOP/s")
-        peak = peak_for_name(report.device["name"])
-        if peak is None:
-            report.add("model", f"{name}: share of dense bf16 peak", "unknown", "",
-                       f"no data-sheet peak known for {report.device['name']!r}")  # fmt: skip
-        else:
-            report.add("model", f"{name}: share of dense bf16 peak", fast.tflops / peak, "",
-                       f"peak {peak:g} TFLOP/s (data sheet)")  # fmt: skip
+        peak_figures(report, "model", name, fast.tflops)
     ref = f"Sapiens2-{sizes.arch} {sizes.hw[0]}x{sizes.hw[1]} fp32 batch 1, upstream way"
     how = "straightforward maths of bench/reference_model.py, TF32 off (torch's default)"
     report.add("model", f"{ref}: images/s", reference.images_per_s, "images/s", how)
     report.add("model", "speed-up over the upstream way", fast.speedup_vs_reference, "x")
+
+
+def peak_figures(report: Report, section: str, name: str, tflops: float) -> None:
+    """TFLOP/s, and their share of the device's dense bf16 peak where the data sheet's peak is
+    known for its name; otherwise the share is said to be unknown, never guessed."""
+    from bench.model import peak_for_name
+
+    report.add(section, f"{name}: TFLOP/s", tflops, "TFLOP/s")
+    device = report.device["name"]
+    peak = peak_for_name(device)
+    if peak is None:
+        note = f"no data-sheet peak known for {device!r}"
+        report.add(section, f"{name}: share of dense bf16 peak", "unknown", "", note)
+        return
+    note = f"peak {peak:g} TFLOP/s (data sheet)"
+    report.add(section, f"{name}: share of dense bf16 peak", tflops / peak, "", note)
 
 
 def section_4k(report: Report, device: torch.device, sizes: Sizes) -> None:
@@ -275,7 +286,7 @@ def section_4k(report: Report, device: torch.device, sizes: Sizes) -> None:
     report.add("4k", f"{name}: weights", weights, "MiB")
     if device.type == "cuda":
         flops = count_flops(sizes.arch_4k, None, sizes.hw_4k, 1)
-        report.add("4k", f"{name}: TFLOP/s", flops / seconds / 1e12, "TFLOP/s")
+        peak_figures(report, "4k", name, flops / seconds / 1e12)
 
 
 def section_attention(report: Report, device: torch.device, sizes: Sizes) -> None:
@@ -495,7 +506,8 @@ def main(argv: list[str] | None = None) -> Report:
         refuse(f"unknown section {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
     device = pick_device(args.device)
     sizes = SMOKE if args.smoke else FULL
-    report = Report(args.out, device_facts(device), args.smoke)
+    command = " ".join(["python -m bench.gpu", *(sys.argv[1:] if argv is None else argv)])
+    report = Report(args.out, device_facts(device), args.smoke, command=command)
     if args.child_fragment is not None:  # this process is one section's child
         (name,) = wanted
         run_section(report, name, device, sizes)

@@ -1,0 +1,106 @@
+"""The GPU kit on a machine without a GPU: what it carries is what the CUDA checks and
+bench.gpu import beyond a node's own torch, numpy, safetensors and pytest (and nothing the
+node has, nor the platform's orchestration); a missing wheel is named before pip runs;
+bench.gpu refuses a machine without CUDA in one line unless told to use the CPU; a GPU whose
+peak is not known gets its TFLOP/s and no guessed share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import gpu, gpu_kit
+from bench.model import peak_for_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_bench_gpu_without_cuda_is_one_line_and_exit_2():
+    done = _run("bench.gpu", "--default-allocator")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert "no CUDA device here" in done.stderr and "--device cpu" in done.stderr
+
+
+def test_an_unknown_device_is_refused_in_one_line():
+    done = _run("bench.gpu", "--device", "tpu", "--default-allocator")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "bench.gpu: unknown device 'tpu': use cuda, cuda:N or cpu"
+
+
+def test_a_gpu_whose_peak_is_unknown_gets_its_tflops_and_no_share(tmp_path):
+    assert peak_for_name("NVIDIA H100 80GB HBM3") == 989.4  # the SXM5 board
+    assert peak_for_name("NVIDIA H100 PCIe") == 756.0
+    assert peak_for_name("NVIDIA H200 NVL") == 835.0
+    assert peak_for_name("NVIDIA H100") is None  # which board: not said, so not guessed
+    report = gpu.Report(tmp_path, {"name": "NVIDIA RTX PRO 9000"}, smoke=False)
+    gpu.peak_figures(report, "model", "1b", 123.4)
+    (tflops, share) = report.figures
+    assert (tflops.value, tflops.unit) == (123.4, "TFLOP/s")
+    assert share.value == "unknown"
+    assert "no data-sheet peak known for 'NVIDIA RTX PRO 9000'" in share.note
+    known = gpu.Report(tmp_path, {"name": "NVIDIA H200"}, smoke=False)
+    gpu.peak_figures(known, "model", "1b", 494.7)
+    assert known.figures[1].value == pytest.approx(0.5)
+
+
+def test_a_kit_missing_a_wheel_names_it_before_pip_runs(tmp_path):
+    kit = tmp_path / "gpu-kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "requirements.txt").write_text("openexr==3.5.3\nzarr==3.1.6\n")
+    (kit / "wheels" / "openexr-3.5.3-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    (kit / "wheels" / "zarr-3.1.5-py3-none-any.whl").write_bytes(b"")  # another version
+    assert gpu_kit.missing_wheels(kit) == ["zarr==3.1.6"]
+    done = _run("bench.gpu_kit", "install", "--kit", str(kit))
+    assert done.returncode == 2
+    assert "has no wheel for zarr==3.1.6" in done.stderr
+    assert "make gpu-kit" in done.stderr
+
+
+def test_a_kit_never_built_is_named():
+    done = _run("bench.gpu_kit", "install", "--kit", "/nonexistent/gpu-kit")
+    assert done.returncode == 2
+    assert "/nonexistent/gpu-kit/requirements.txt is not there" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_kit_carries_what_the_checks_import_and_nothing_the_node_has():
+    # traced for real: the CUDA checks' modules imported and bench.gpu run on the CPU, small
+    requirements = gpu_kit.kit_requirements()
+    names = {line.split("==")[0] for line in requirements}
+    assert {"openexr", "zarr", "numcodecs", "opencolorio", "pydantic", "fileseq"} <= names
+    assert not names & {"torch", "numpy", "safetensors", "pytest", "packaging", "fsspec"}
+    # the platform's orchestration and what only other passes or readers load stay out
+    assert not names & {"prefect", "dask", "distributed", "sqlalchemy", "scipy", "openimageio"}
+    assert all("==" in line for line in requirements)  # pinned to what is tested here
+
+
+def test_bench_gpu_on_the_cpu_writes_its_report(tmp_path):
+    done = _run(
+        "bench.gpu", "--device", "cpu", "--smoke", "--sections", "model,graphs",
+        "--out", str(tmp_path), "--default-allocator",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert report["smoke"] and report["device"]["device"] == "cpu"
+    assert set(report["sections"]) == {"model", "graphs"}
+    assert not any("error" in s for s in report["sections"].values())
+    assert {f["device"] for f in report["figures"]} == {report["device"]["name"]}
+    whats = [f["what"] for f in report["figures"]]
+    assert any(w.endswith("images/s") for w in whats)
+    markdown = (tmp_path / "gpu.md").read_text()
+    assert "| graphs | CUDA graphs | skipped | they need a CUDA device |" in markdown
+    assert "UNTRAINED" in markdown
