@@ -49,13 +49,18 @@ def test_tokenizer_reduces_grid_by_four() -> None:
 
 def test_tokenizer_output_independent_of_chunking() -> None:
     model = tiny(None, tokenizer=True, seed=5)
-    x = torch.randn(2, 3, 256, 384)
+    x = torch.randn(2, 3, 256, 384, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         whole = model(x)
         model.tokenizer.tokens_per_call = 17 * 5  # 5 windows per call, uneven last chunk
         chunked = model(x)
         ref = backbone_forward(model.state_dict(), x, chunk_size=7)
-    assert torch.allclose(whole, chunked, rtol=0, atol=1e-5 * whole.abs().max())
+    # Equal but for the order of fp32 sums, which other batch sizes change and which can flip
+    # the bf16 rounding of q and k before RoPE (upstream's numerics): measured up to 1.6e-4
+    # (max) and 1.0e-4 (relative) on torch 2.11, 8.9e-5 on 2.13, over input seeds. A window
+    # given to the wrong call would be off by the size of the features.
+    assert rel_err(chunked, whole) < 1e-3
+    assert max_err(chunked, whole) < 1e-3
     assert rel_err(chunked, ref) < TOL
     assert max_err(chunked, ref) < 1e-3
 
