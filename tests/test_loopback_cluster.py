@@ -143,7 +143,15 @@ def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT handled as the default: a test suite started in the background by a
+    non-interactive shell (`pytest &`) runs with SIGINT ignored, which its children inherit,
+    and the Ctrl-C these tests send would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _stop(proc: subprocess.Popen[bytes], known: list[psutil.Process] | None = None) -> None:
