@@ -35,18 +35,17 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -184,18 +183,11 @@ def synchronize(device: torch.device) -> None:
 
 def seconds_per_call(
     fn: Callable[[], object], device: torch.device, repeats: int, warmup: int
-) -> float:
-    """Median seconds of ``fn``, the device synchronised around each call."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+) -> tuple[float, float]:
+    """Median seconds of ``fn`` and its peak memory (MiB), as ``bench.model`` times a path."""
+    from bench.model import time_paths
+
+    return time_paths({"fn": fn}, device, repeats, warmup)["fn"]
 
 
 @contextmanager
@@ -276,12 +268,12 @@ def section_4k(report: Report, device: torch.device, sizes: Sizes) -> None:
 
     model = build(sizes.arch_4k, sizes.hw_4k, device)
     x = torch.rand(1, 3, *sizes.hw_4k, device=device, dtype=model_dtype(device))
-    with torch.inference_mode(), peak_memory(device) as peak:
-        seconds = seconds_per_call(lambda: model(x), device, max(2, sizes.repeats - 2), 1)
+    with torch.inference_mode():
+        seconds, peak = seconds_per_call(lambda: model(x), device, max(2, sizes.repeats - 2), 1)
     name = label(sizes.arch_4k, sizes.hw_4k, 1, model_dtype(device))
     report.add("4k", f"{name}: frames/s", 1.0 / seconds, "frames/s")
     if device.type == "cuda":
-        report.add("4k", f"{name}: peak memory", peak["mib"], "MiB", "above the weights")
+        report.add("4k", f"{name}: peak memory", peak, "MiB", "above the weights")
     weights = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     report.add("4k", f"{name}: weights", weights, "MiB")
     if device.type == "cuda":
@@ -305,8 +297,8 @@ def section_attention(report: Report, device: torch.device, sizes: Sizes) -> Non
     with torch.inference_mode():
         for kernel, backend in kernels.items():
             try:
-                with sdpa_kernel([backend]) if backend is not None else _nothing():
-                    seconds = seconds_per_call(
+                with sdpa_kernel([backend]) if backend is not None else nullcontext():
+                    seconds, _ = seconds_per_call(
                         lambda: model(x), device, sizes.repeats, sizes.warmup
                     )
             except RuntimeError as exc:  # this kernel does not take these inputs here
@@ -314,11 +306,6 @@ def section_attention(report: Report, device: torch.device, sizes: Sizes) -> Non
                            str(exc).splitlines()[0][:160])  # fmt: skip
                 continue
             report.add("attention", f"{name}, SDPA {kernel}", sizes.batch / seconds, "images/s")
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def section_graphs(report: Report, device: torch.device, sizes: Sizes) -> None:
@@ -330,7 +317,7 @@ def section_graphs(report: Report, device: torch.device, sizes: Sizes) -> None:
         name = label(sizes.arch, sizes.hw, batch, model_dtype(device))
         static = torch.rand(batch, 3, *sizes.hw, device=device, dtype=model_dtype(device))
         with torch.inference_mode():
-            eager = seconds_per_call(
+            eager, _ = seconds_per_call(
                 lambda static=static: model(static), device, sizes.repeats, sizes.warmup
             )
             side = torch.cuda.Stream(device)
@@ -342,7 +329,7 @@ def section_graphs(report: Report, device: torch.device, sizes: Sizes) -> None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 model(static)
-            replay = seconds_per_call(graph.replay, device, sizes.repeats, sizes.warmup)
+            replay, _ = seconds_per_call(graph.replay, device, sizes.repeats, sizes.warmup)
         report.add("graphs", f"{name}: eager", batch / eager, "images/s")
         report.add("graphs", f"{name}: CUDA graph replay", batch / replay, "images/s",
                    f"x{eager / replay:.3f} over eager")  # fmt: skip
@@ -361,7 +348,7 @@ def section_compile(report: Report, device: torch.device, sizes: Sizes) -> None:
         compiled(x)
         synchronize(device)
         compile_s = time.perf_counter() - started
-        seconds = seconds_per_call(lambda: compiled(x), device, sizes.repeats, sizes.warmup)
+        seconds, _ = seconds_per_call(lambda: compiled(x), device, sizes.repeats, sizes.warmup)
     report.add("compile", f"{name}: eager", sizes.batch / eager, "images/s")
     report.add("compile", f"{name}: torch.compile (blocks and head)", sizes.batch / seconds,
                "images/s", f"x{eager / seconds:.3f} over eager")  # fmt: skip
@@ -370,7 +357,7 @@ def section_compile(report: Report, device: torch.device, sizes: Sizes) -> None:
 
 def _eager_seconds(sizes: Sizes, device: torch.device, x: torch.Tensor) -> float:
     model = build(sizes.arch, sizes.hw, device)
-    return seconds_per_call(lambda: model(x), device, sizes.repeats, sizes.warmup)
+    return seconds_per_call(lambda: model(x), device, sizes.repeats, sizes.warmup)[0]
 
 
 def section_shot(report: Report, device: torch.device, sizes: Sizes) -> None:
@@ -380,8 +367,7 @@ def section_shot(report: Report, device: torch.device, sizes: Sizes) -> None:
 
     height, width = sizes.shot_hw
     frames = sizes.shot_frames
-    tasks = {"matte": "matting"}
-    models = {name: build(sizes.shot_arch, sizes.hw, device, tasks.get(name, name))
+    models = {name: build(sizes.shot_arch, sizes.hw, device, sapiens.PASS_TASKS[name])
               for name in SHOT_PASSES}  # fmt: skip
     batch = ShotSpec.model_fields["batch_size"].default
     predictor = sapiens.Predictor(models, device=device, dtype=model_dtype(device),
@@ -463,7 +449,7 @@ def section_in_child(name: str, args: argparse.Namespace, started: float) -> dic
 # ----------------------------------------------------------------------------- command
 
 
-def refuse(message: str) -> None:
+def refuse(message: str) -> NoReturn:
     print(f"bench.gpu: {message}", file=sys.stderr)
     raise SystemExit(2)
 

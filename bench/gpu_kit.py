@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = ROOT / "gpu-kit"
@@ -78,7 +79,8 @@ def traced_modules() -> list[str]:
             [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
         )
     if done.returncode != 0:
-        raise SystemExit(f"gpu_kit: tracing the imports failed:\n{done.stdout}\n{done.stderr}")
+        print(done.stdout, done.stderr, sep="\n", file=sys.stderr)
+        _refuse("tracing what the CUDA checks and bench.gpu import failed (its output above)")
     line = next(x for x in done.stdout.splitlines() if x.startswith("MODULES="))
     return json.loads(line.removeprefix("MODULES="))
 
@@ -122,7 +124,7 @@ def closure(dists: set[str]) -> set[str]:
         try:
             todo.extend(_requires(dist))
         except PackageNotFoundError:
-            raise SystemExit(f"gpu_kit: {dist} is required but not installed here") from None
+            _refuse(f"{dist} is required but not installed here: `make venv` first")
     return seen
 
 
@@ -151,13 +153,14 @@ def build(kit: Path) -> None:
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
         *requirements,
     ]  # fmt: skip
-    subprocess.run(command, check=True)
+    if subprocess.run(command, check=False).returncode != 0:
+        _refuse("pip could not download the kit's wheels (its message above names which)")
     size = sum(p.stat().st_size for p in wheels.glob("*.whl"))
     print(f"gpu-kit: {len(requirements)} wheels, {size / 2**20:.1f} MiB in {wheels}")
     for line in requirements:
         print(f"  {line}")
     if size > MAX_BYTES:
-        raise SystemExit(f"gpu_kit: the kit is {size / 2**20:.1f} MiB, over 64 MiB")
+        _refuse(f"the kit is {size / 2**20:.1f} MiB, over 64 MiB")
 
 
 # ----------------------------------------------------------------------------- on the node
@@ -214,7 +217,7 @@ def run(kit: Path, target: Path | None, out: Path, smoke: bool) -> int:
     return 0 if tests.returncode == 0 and figures.returncode == 0 else 1
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     print(f"gpu_kit: {message}", file=sys.stderr)
     raise SystemExit(2)
 

@@ -102,6 +102,7 @@ def chunk_job(
     pattern: str, out: Path, frames: int, size: tuple[int, int], passes: list[str], **spec: Any
 ) -> Any:
     """A chunk job of every frame, its store created, with stand-in checkpoint facts."""
+    from sapiens.predictor import PASS_TASKS
     from schemas.spec import parse_spec
     from storage.zarr_store import create_shot_store, shard_frames
     from tasks.checkpoints import CheckpointRef
@@ -126,9 +127,8 @@ def chunk_job(
     people = shot.max_people
     per_shard = shard_frames(height, width, shot.passes, people, shot.chunk_frames)  # as planned
     create_shot_store(paths.zarr, numbers, height, width, shot.passes, people, {}, per_shard)
-    task_of = {"matte": "matting"}
     refs = {
-        name: CheckpointRef(f"stand-in:{name}", "0" * 64, "stand-in", task_of.get(name, name),
+        name: CheckpointRef(f"stand-in:{name}", "0" * 64, "stand-in", PASS_TASKS[name],
                             trained=False, size_bytes=0)
         for name in passes
     }  # fmt: skip

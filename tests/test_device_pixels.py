@@ -10,15 +10,14 @@ import pytest
 import torch
 
 from sapiens.seg_classes import SEG_CLASSES
-from schemas.spec import parse_spec
 from storage.cryptomatte import channel_names
 from tasks import pixel_blocks
 from tasks.anamorphic import resample_width
 from tasks.frame_inference import FrameInference, default_focal
-from tasks.frame_reading import ReadFrame
 from tasks.normal_rotation import normalize_vectors, rotate_normals, tile_rotation
 from tasks.tiling import plan_frame
 from tests import numpy_reference
+from tests.frame_helpers import frame_spec, read_frame
 from tests.model_helpers import SMALL_HW, tiny
 
 HEIGHT, WIDTH = 300, 430  # several 256x192 tiles each way, the last ones shifted inward
@@ -77,29 +76,10 @@ def inference():
     import sapiens
 
     predictor = sapiens.Predictor(models, batch_size=1)
-    spec = parse_spec(
-        {
-            "plate": "/plates/p.####.exr",
-            "show": "s",
-            "sequence": "q",
-            "shot": "h",
-            "colorspace": "lin_rec709",
-            "passes": "normal,pointmap,albedo,matte,seg",
-            "batch_size": 1,
-            "previews": False,
-        }
+    spec = frame_spec(
+        ("normal", "pointmap", "albedo", "matte", "seg"), batch_size=1, previews=False
     )
     return FrameInference(spec, predictor, SEG_CLASSES)
-
-
-def _read_frame(rgb: np.ndarray):
-    from schemas.summaries import FrameSummary
-    from storage.frame import Frame
-
-    height, width = rgb.shape[:2]
-    window = (0, 0, width - 1, height - 1)
-    plate = Frame(rgb, "/plates/p.1001.exr", 1001, window, window)
-    return ReadFrame(1001, plate.uri, plate, rgb, FrameSummary(1001, plate.uri, "done"))
 
 
 def test_a_whole_frame_equals_the_numpy_pipeline_it_replaced(inference):
@@ -107,7 +87,7 @@ def test_a_whole_frame_equals_the_numpy_pipeline_it_replaced(inference):
     # half) against the device path; the same tiles, one per model batch, so the network's
     # outputs are the same bits on both sides.
     rgb = np.random.default_rng(3).random((HEIGHT, WIDTH, 3), dtype=np.float32)
-    (frame,) = inference.run([_read_frame(rgb)])
+    (frame,) = inference.run([read_frame(rgb)])
     got = frame.arrays.wait()
     predictor = inference.predictor
     pointmap = predictor.predict(rgb[None], ["pointmap"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,38 +25,22 @@ import torch
 from torch import Tensor
 
 import sapiens
+from sapiens.predictor import PASS_TASKS
 from sapiens.seg_classes import SEG_CLASSES
-from schemas.spec import parse_spec
 from tasks.frame_inference import FrameInference
 from tests.cuda import CUDA
-from tests.cuda.frames import read_frame
+from tests.frame_helpers import frame_spec, read_frame
 from tests.model_helpers import rel_err, tiny
 
 pytestmark = CUDA
 
 HEIGHT, WIDTH = 300, 430  # several tiny-model tiles each way, the last ones shifted inward
 PASSES = ("pointmap", "normal", "albedo", "matte", "seg")
-TASKS = {"matte": "matting"}
 TIE = 1e-5
 
 
 def _models() -> dict[str, torch.nn.Module]:
-    return {name: tiny(TASKS.get(name, name), seed=i) for i, name in enumerate(PASSES, 1)}
-
-
-def _spec() -> Any:
-    return parse_spec(
-        {
-            "plate": "/plates/p.####.exr",
-            "show": "s",
-            "sequence": "q",
-            "shot": "h",
-            "colorspace": "lin_rec709",
-            "passes": ",".join(PASSES),
-            "batch_size": 2,
-            "previews": True,
-        }
-    )
+    return {name: tiny(PASS_TASKS[name], seed=i) for i, name in enumerate(PASSES, 1)}
 
 
 class Recording:
@@ -134,7 +117,7 @@ def _assert_same_frame(cpu: Mapping[str, np.ndarray], gpu: Mapping[str, np.ndarr
 
 def test_the_device_work_on_cuda_equals_the_cpu_given_the_same_network_outputs():
     rgb = np.random.default_rng(3).random((HEIGHT, WIDTH, 3), dtype=np.float32)
-    spec = _spec()
+    spec = frame_spec(PASSES, batch_size=2, previews=True)
     recording = Recording(sapiens.Predictor(_models(), batch_size=2))
     cpu = _run(FrameInference(spec, recording, SEG_CLASSES), rgb)  # type: ignore[arg-type]
     replaying = Replaying(recording, torch.device("cuda"))

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 
 import sapiens
+from sapiens.predictor import PASS_TASKS
 from sapiens.seg_classes import SEG_CLASSES
-from schemas.spec import parse_spec
 from tasks.frame_inference import FrameInference
 from tests.cuda import CUDA
-from tests.cuda.frames import read_frame
+from tests.frame_helpers import frame_spec, read_frame
 from tests.model_helpers import tiny
 
 pytestmark = CUDA
@@ -36,21 +36,9 @@ def _timed_event() -> torch.cuda.Event:
 
 
 def test_the_copy_of_one_frame_runs_beside_the_compute_of_the_next():
-    tasks = {"matte": "matting"}
-    models = {name: tiny(tasks.get(name, name), seed=i) for i, name in enumerate(PASSES, 1)}
+    models = {name: tiny(PASS_TASKS[name], seed=i) for i, name in enumerate(PASSES, 1)}
     predictor = sapiens.Predictor(models, device="cuda", batch_size=8)
-    spec = parse_spec(
-        {
-            "plate": "/plates/p.####.exr",
-            "show": "s",
-            "sequence": "q",
-            "shot": "h",
-            "colorspace": "lin_rec709",
-            "passes": ",".join(PASSES),
-            "batch_size": 8,
-            "previews": False,
-        }
-    )
+    spec = frame_spec(PASSES, batch_size=8, previews=False)
     inference = FrameInference(spec, predictor, SEG_CLASSES)
     first_plate, second_plate = _pinned_plate(1), _pinned_plate(2)
     # Two frames first, as a worker's first frames: they take the pinned host blocks the
