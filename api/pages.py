@@ -21,7 +21,7 @@ from api.known_shot import KnownShot, UnknownShot
 from api.params import Limit, Offset, ShowQuery
 from api.qc_chart import flicker_chart
 from schemas.catalog import queries
-from schemas.spec import ALL_PASSES
+from schemas.passes import PASS_NAMES
 
 router = APIRouter(include_in_schema=False)
 Ctx = Annotated[ApiContext, Depends(context)]
@@ -46,7 +46,7 @@ templates.env.filters["when"] = _when
 
 def pass_order(names: set[str]) -> list[str]:
     """Known passes in pipeline order, then any others by name."""
-    return [p for p in ALL_PASSES if p in names] + sorted(names - set(ALL_PASSES))
+    return [p for p in PASS_NAMES if p in names] + sorted(names - set(PASS_NAMES))
 
 
 def _provenance_view(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from api.params import NAME_PATTERN, TEXT_PATTERN
-from schemas.spec import ALL_PASSES, MODEL_SIZES, Family, PassName, ShotSpec, TilingSpec
+from schemas.passes import DEFAULT_PASSES
+from schemas.spec import MODEL_SIZES, PassName, ShotSpec, TilingSpec
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f\ufffd"
 # What str.strip() removes (besides control characters): a plate must hold something else.
@@ -57,11 +58,11 @@ class SpecBody(ShotSpec):
         "numbers of at most six digits); None: the whole plate",
     )
     colorspace: Text | None = Field(None, description="plate colour space; None: guess")
-    passes: Annotated[tuple[PassName, ...], Field(min_length=1)] = ALL_PASSES
-    family: Family = Field(
-        "sapiens2",
-        description="model family of normal, seg and pose (depth is Sapiens v1's own; "
-        "pointmap, albedo and matte Sapiens2's)",
+    passes: tuple[PassName, ...] = Field(
+        DEFAULT_PASSES,
+        min_length=1,
+        json_schema_extra={"uniqueItems": True},
+        description=ShotSpec.model_fields["passes"].description,
     )
     model_size: ModelSize = "auto"
     checkpoints: dict[PassName, Text] = Field(

@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 import torch
 
 from bench.common import as_a_worker_runs
+from schemas.passes import model_task
 
 SECTIONS = ("model", "4k", "attention", "graphs", "shot", "compile")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu"
@@ -367,7 +368,7 @@ def section_shot(report: Report, device: torch.device, sizes: Sizes) -> None:
 
     height, width = sizes.shot_hw
     frames = sizes.shot_frames
-    models = {name: build(sizes.shot_arch, sizes.hw, device, sapiens.PASS_TASKS[name])
+    models = {name: build(sizes.shot_arch, sizes.hw, device, model_task(name))
               for name in SHOT_PASSES}  # fmt: skip
     batch = ShotSpec.model_fields["batch_size"].default
     predictor = sapiens.Predictor(models, device=device, dtype=model_dtype(device),

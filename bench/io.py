@@ -50,6 +50,7 @@ import OpenEXR
 import torch
 
 from bench.common import as_a_worker_runs
+from schemas.passes import zarr_arrays
 
 DENSE = ("normal", "pointmap", "albedo", "matte", "seg")
 
@@ -102,7 +103,7 @@ def chunk_job(
     pattern: str, out: Path, frames: int, size: tuple[int, int], passes: list[str], **spec: Any
 ) -> Any:
     """A chunk job of every frame, its store created, with stand-in checkpoint facts."""
-    from sapiens.predictor import PASS_TASKS
+    from schemas.passes import model_task
     from schemas.spec import parse_spec
     from storage.zarr_store import create_shot_store, shard_frames
     from tasks.checkpoints import CheckpointRef
@@ -125,10 +126,14 @@ def chunk_job(
     )
     paths = ShotOutputPaths.for_shot(str(out), "bench", "io", f"sh{width}", "v001")
     people = shot.max_people
-    per_shard = shard_frames(height, width, shot.passes, people, shot.chunk_frames)  # as planned
-    create_shot_store(paths.zarr, numbers, height, width, shot.passes, people, {}, per_shard)
+    per_shard = shard_frames(
+        height, width, zarr_arrays(shot.passes), people, shot.chunk_frames
+    )  # as planned
+    create_shot_store(
+        paths.zarr, numbers, height, width, zarr_arrays(shot.passes), people, {}, per_shard
+    )
     refs = {
-        name: CheckpointRef(f"stand-in:{name}", "0" * 64, "stand-in", PASS_TASKS[name],
+        name: CheckpointRef(f"stand-in:{name}", "0" * 64, "stand-in", model_task(name),
                             trained=False, size_bytes=0)
         for name in passes
     }  # fmt: skip

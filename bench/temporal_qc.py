@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import OpenEXR
 
+from schemas.passes import zarr_arrays
 from storage.zarr_store import create_shot_store, write_frame
 from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, shot_flicker
 
@@ -76,7 +77,7 @@ def perturb(name: str, value: np.ndarray) -> np.ndarray:
 def write_synthetic_shot(root: Path) -> QcJob:
     """The shot's plates (EXR) and Zarr store under ``root``; the QC job that scores it."""
     zarr = str(root / "shot.zarr")
-    create_shot_store(zarr, FRAMES, H, W, QC_PASSES, 1, {}, frames_per_shard=4)
+    create_shot_store(zarr, FRAMES, H, W, zarr_arrays(QC_PASSES), 1, {}, frames_per_shard=4)
     uris = []
     for index, frame in enumerate(FRAMES):
         plate, passes = frame_passes(frame)

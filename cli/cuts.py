@@ -24,11 +24,13 @@ from schemas.settings import Settings
 from storage.sequences import PlateSequence, discover_sequence
 
 from .console import (
+    DEFAULT_PASSES,
     EXIT_FAILED,
     EXIT_OK,
     FamilyOpt,
     GuessedColourOpt,
     JsonOpt,
+    PassesOpt,
     err,
     exit_code,
     fail,
@@ -64,9 +66,7 @@ def submit_edit(
         typer.Option(help="plate under --plates-root; default {shot}/plate/{shot}_plate.####.exr"),
     ] = None,
     rate: Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")] = 24.0,
-    passes: Annotated[str, typer.Option(help="comma-separated")] = (
-        "normal,pointmap,albedo,matte,seg,pose"
-    ),
+    passes: PassesOpt = DEFAULT_PASSES,
     family: FamilyOpt = "sapiens2",
     model_size: Annotated[
         str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b)")

@@ -29,10 +29,12 @@ from schemas.spec import ShotSpec, SpecError, parse_spec
 
 from .catalog import read_jobs, show_jobs
 from .console import (
+    DEFAULT_PASSES,
     EXIT_CODES,
     EXIT_FAILED,
     FamilyOpt,
     JsonOpt,
+    PassesOpt,
     console,
     err,
     fail,
@@ -66,9 +68,7 @@ def submit(
     shot: Annotated[str, typer.Option(help="SHOW/SEQ/SHOT")],
     frames: Annotated[str | None, typer.Option(help="frame range, e.g. 1001-1100")] = None,
     colorspace: Annotated[str | None, typer.Option(help="plate colour space")] = None,
-    passes: Annotated[
-        str, typer.Option(help="comma-separated; also depth (Sapiens v1's relative depth)")
-    ] = "normal,pointmap,albedo,matte,seg,pose",
+    passes: PassesOpt = DEFAULT_PASSES,
     family: FamilyOpt = "sapiens2",
     model_size: Annotated[
         str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from schemas.catalog.writer import Catalog
+from schemas.passes import zarr_arrays
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
 from schemas.summaries import PlateInfo
@@ -60,7 +61,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
     paths = inputs.paths
     storage_options = settings.storage_options_for(inputs.output_root)
     frames_per_shard = stored_frames_per_shard(paths.zarr, storage_options) or shard_frames(
-        plate.height, plate.width, spec.passes, spec.max_people, spec.chunk_frames
+        plate.height, plate.width, zarr_arrays(spec.passes), spec.max_people, spec.chunk_frames
     )
     return ShotPlan(
         spec=spec,

@@ -24,6 +24,8 @@ from typing import Any
 
 from schemas.catalog.uris import normalise_uri
 from schemas.catalog.writer import Catalog
+from schemas.passes import OUTPUT_KINDS
+from schemas.passes import expected_outputs as pass_outputs
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
@@ -35,19 +37,13 @@ from .shot_plan import ShotPlan, Work
 
 log = logging.getLogger("svfx.resume")
 
-FILE_KINDS = ("exr", "pose_json", "preview")
+FILE_KINDS = tuple(kind for kind in OUTPUT_KINDS if kind != "zarr")  # one file each
 ADOPTED_CHUNK = -2  # chunk index of frames recorded from their frame records
 
 
 def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
     """(kind, pass) of every output a finished frame of this spec has."""
-    passes = plan.spec.passes
-    wanted = {("exr", p) for p in passes if p != "pose"} | {("zarr", p) for p in passes}
-    if "pose" in passes:
-        wanted.add(("pose_json", "pose"))
-    if plan.spec.previews:
-        wanted |= {("preview", p) for p in passes}
-    return wanted
+    return pass_outputs(plan.spec.passes, plan.spec.previews)
 
 
 def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:

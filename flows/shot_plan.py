@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.passes import first_of_kind
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, PlateInfo
 from storage.sequences import PlateSequence
@@ -38,7 +39,8 @@ class ShotPlan:
     @property
     def keypoints(self) -> int:
         """The pose model's keypoint count (308; a Sapiens v1 COCO model 17 or 133)."""
-        pose = self.checkpoints.get("pose")
+        posed = first_of_kind(self.checkpoints, "keypoints")
+        pose = self.checkpoints[posed] if posed else None
         return pose.outputs if pose is not None and pose.outputs else KEYPOINTS
 
     @property

@@ -29,6 +29,7 @@ from distributed import Client, as_completed
 from schemas.catalog.errors import CatalogError, CatalogUnavailable
 from schemas.catalog.lease import HEARTBEAT_S, end_run, start_run
 from schemas.catalog.writer import Catalog
+from schemas.passes import zarr_arrays
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.errors import StorageError, writing
 from storage.retry import RetryPolicy
@@ -212,7 +213,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         plan.sequence.all_frames,
         plan.plate.height,
         plan.plate.width,
-        plan.spec.passes,
+        zarr_arrays(plan.spec.passes),
         plan.spec.max_people,
         provenance,
         plan.frames_per_shard,

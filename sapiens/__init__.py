@@ -33,7 +33,6 @@ _WHERE = {
     "SapiensV1PretrainModel": "model",
     "build_model": "model",
     "model_info": "model",
-    "PASS_TASKS": "predictor",
     "Predictor": "predictor",
     "SapiensV1Backbone": "v1_backbone",
     "V1_ARCH_NAMES": "v1_arch",
@@ -41,7 +40,6 @@ _WHERE = {
 }
 __all__ = [
     "ARCH_NAMES",
-    "PASS_TASKS",
     "TASKS",
     "V1_ARCH_NAMES",
     "BackboneSpec",
@@ -79,7 +77,7 @@ if TYPE_CHECKING:
         build_model,
         model_info,
     )
-    from .predictor import PASS_TASKS, Predictor
+    from .predictor import Predictor
     from .v1_arch import V1_ARCH_NAMES, identify_v1
     from .v1_backbone import SapiensV1Backbone
 

@@ -18,7 +18,15 @@ NORM_EPS = 1e-6
 NATIVE_INPUT_HW = (1024, 768)
 CANONICAL_FOCAL = 768.0  # pointmap: the network predicts points for a 768 px focal camera
 
-TASKS = ("normal", "albedo", "pointmap", "seg", "pose", "matting")
+# The tasks a checkpoint can be made for, each spelled once (the v1 family adds DEPTH).
+NORMAL = "normal"
+ALBEDO = "albedo"
+POINTMAP = "pointmap"
+SEG = "seg"
+POSE = "pose"
+MATTING = "matting"
+DEPTH = "depth"  # Sapiens v1's relative depth
+TASKS = (NORMAL, ALBEDO, POINTMAP, SEG, POSE, MATTING)
 
 
 @dataclass(frozen=True)
@@ -192,13 +200,13 @@ def head_spec(
     is5b = name == "sapiens2_5b"
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
-    if task in ("normal", "albedo", "matting"):
+    if task in (NORMAL, ALBEDO, MATTING):
         up, conv = _TINY_DENSE if tiny else (_DENSE_5B if is5b else _DENSE_SMALL)
-        if task == "albedo" and is5b:
+        if task == ALBEDO and is5b:
             conv = (64, 32, 16)
-        out = {"normal": 3, "albedo": 3, "matting": 4}[task]
+        out = 4 if task == MATTING else 3
         return HeadSpec(task, in_channels, out, upsample_channels=up, conv_channels=conv)
-    if task == "pointmap":
+    if task == POINTMAP:
         if tiny:
             up, conv, scale_convs = _TINY_DENSE[0], _TINY_DENSE[1], (32, 16, 8)
         elif is5b:
@@ -217,7 +225,7 @@ def head_spec(
             scale_conv_channels=scale_convs,
             scale_mlp=mlp,
         )
-    if task == "seg":
+    if task == SEG:
         deconv = (32, 16, 16, 8) if tiny else (512, 256, 128, 64)
         conv = (8, 8) if tiny else (64, 64)
         return HeadSpec(

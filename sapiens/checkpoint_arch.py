@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from . import arch as A
+from .arch import ALBEDO, MATTING, NORMAL, POINTMAP, POSE, SEG
 from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
 from .safetensors_format import Shapes, count_blocks
@@ -35,7 +36,7 @@ def checkpoint_info(path: str, shapes: Shapes, metadata: Mapping[str, str]) -> M
         try:
             head_spec, input_hw = infer_head(head_shapes, spec.embed_dim)
         except ValueError as exc:
-            if any("matting" in k for k in head_shapes):
+            if any(MATTING in k for k in head_shapes):
                 raise CheckpointError(path, _matting_mismatch(head_shapes, str(exc))) from None
             raise CheckpointError(path, f"decode_head: {exc}") from None
     if "input_hw" in metadata:
@@ -85,7 +86,7 @@ def v1_checkpoint_info(path: str, shapes: Shapes, metadata: Mapping[str, str]) -
 def mismatch_hint(info: ModelInfo, shapes: Shapes) -> str:
     """What to add when a file's tensors do not fit the model inferred from them: the matting
     head's caveat (its upstream layout is unverified), else nothing."""
-    if info.task != "matting":
+    if info.task != MATTING:
         return ""
     return " " + _matting_mismatch(_strip(shapes, "decode_head."), "")
 
@@ -140,12 +141,12 @@ def infer_backbone(shapes: Shapes) -> A.BackboneSpec:
 def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int, int]]:
     """Head type and channel lists from un-prefixed head keys; also the input size it fixes."""
     outputs = {
-        "conv_normal.weight": "normal",
-        "conv_albedo.weight": "albedo",
-        "conv_pointmap.weight": "pointmap",
-        "conv_matting.weight": "matting",
-        "conv_seg.weight": "seg",
-        "conv_pose.weight": "pose",
+        "conv_normal.weight": NORMAL,
+        "conv_albedo.weight": ALBEDO,
+        "conv_pointmap.weight": POINTMAP,
+        "conv_matting.weight": MATTING,
+        "conv_seg.weight": SEG,
+        "conv_pose.weight": POSE,
     }
     tasks = [t for k, t in outputs.items() if k in shapes]
     if len(tasks) != 1:
@@ -157,7 +158,7 @@ def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int,
     task = tasks[0]
     out_channels = shapes[next(k for k, t in outputs.items() if t == task)][0]
     input_hw = A.NATIVE_INPUT_HW
-    if task in ("seg", "pose"):
+    if task in (SEG, POSE):
         deconv = tuple(s[1] for _, s in _indexed(shapes, "deconv_layers."))
         conv = tuple(s[0] for _, s in _indexed(shapes, "conv_layers."))
         spec = A.HeadSpec(
@@ -175,7 +176,7 @@ def infer_head(shapes: Shapes, in_channels: int) -> tuple[A.HeadSpec, tuple[int,
     conv = tuple(s[0] for _, s in convs if len(s) == 4)
     kernel = convs[0][1][-1] if convs else 3
     spec_kw: dict = {}
-    if task == "pointmap":
+    if task == POINTMAP:
         scale_convs = tuple(s[0] for _, s in _indexed(shapes, "scale_conv_layers.") if len(s) == 4)
         linears = [s for _, s in _indexed(shapes, "scale_final_layer.")]
         if not scale_convs or not linears:

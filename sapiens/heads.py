@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
-from .arch import NORM_EPS, HeadSpec
+from .arch import ALBEDO, MATTING, NORM_EPS, NORMAL, POINTMAP, POSE, SEG, HeadSpec
 from .v1_arch import FAMILY as V1_FAMILY
 from .v1_arch import OUTPUT_LAYER as V1_OUTPUT_LAYER
 
@@ -53,16 +53,16 @@ class DenseHead(nn.Module):
     """
 
     output_names: ClassVar[dict[str, str]] = {
-        "normal": "conv_normal",
-        "albedo": "conv_albedo",
-        "pointmap": "conv_pointmap",
-        "matting": "conv_matting",
+        NORMAL: "conv_normal",
+        ALBEDO: "conv_albedo",
+        POINTMAP: "conv_pointmap",
+        MATTING: "conv_matting",
     }
 
     def __init__(self, spec: HeadSpec) -> None:
         super().__init__()
         self.spec = spec
-        rms = spec.task == "albedo"
+        rms = spec.task == ALBEDO
         c = spec.in_channels
         self.input_conv = nn.Sequential(*_conv_block(c, c, 3, rms))
         blocks = []
@@ -78,7 +78,7 @@ class DenseHead(nn.Module):
             cur = out
         self.conv_layers = nn.Sequential(*layers)
         setattr(self, self.output_names[spec.task], nn.Conv2d(cur, spec.out_channels, 1))
-        if spec.task == "pointmap":
+        if spec.task == POINTMAP:
             scale_layers: list[nn.Module] = []
             cur = c
             for out in spec.scale_conv_channels:
@@ -99,9 +99,9 @@ class DenseHead(nn.Module):
             x = block(x)
         x = self.conv_layers(x)
         out = getattr(self, self.output_names[self.spec.task])(x)
-        if self.spec.task == "matting":
+        if self.spec.task == MATTING:
             return out.sigmoid()
-        if self.spec.task == "pointmap":
+        if self.spec.task == POINTMAP:
             scale_feats = self.scale_conv_layers(feats)
             expected = self.spec.scale_mlp[0]
             if scale_feats[0].numel() != expected:
@@ -123,7 +123,7 @@ class DeconvHead(nn.Module):
     logits at 1/2, depth: 1 channel at full size, normal: 3 at 1/2) or `final_layer` (pose:
     17, 133 or 308 heatmaps at 1/4). The Dropout2d before `conv_seg` is a no-op at eval."""
 
-    output_names: ClassVar[dict[str, str]] = {"seg": "conv_seg", "pose": "conv_pose"}
+    output_names: ClassVar[dict[str, str]] = {SEG: "conv_seg", POSE: "conv_pose"}
 
     def __init__(self, spec: HeadSpec) -> None:
         super().__init__()

@@ -1,5 +1,7 @@
-"""A batched multi-task predictor: several task models (one per pass, since the released
-checkpoints each carry their own backbone), a batch of RGB tiles in, every requested pass out.
+"""A batched multi-task predictor: several task models (one per output, since the released
+checkpoints each carry their own backbone), a batch of RGB tiles in, every requested output
+out. Each model is named by the caller (the platform names them by pass); what is done with
+it follows the task the model was made for (its ``ModelInfo``).
 
 Input: float RGB in [0, 1] in the model's encoding, any H and W. Each pass is prepared as
 upstream prepares it (letterbox for normal/pointmap/albedo, stretch for segmentation and
@@ -31,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from . import postprocess as post
+from .arch import ALBEDO, DEPTH, MATTING, NORMAL, POINTMAP, POSE, SEG
 from .device_timer import DeviceTimer
 from .errors import DeviceMemoryError
 from .info import ModelInfo
@@ -38,18 +41,8 @@ from .model import model_info
 from .pose import PoseResult, estimate_pose
 from .preprocess import letterbox, normalize, pad_to_multiple, restore, stretch, to_batch
 
-# pass name -> the task of the checkpoint that makes it
-PASS_TASKS = {
-    "normal": "normal",
-    "albedo": "albedo",
-    "pointmap": "pointmap",
-    "seg": "seg",
-    "matte": "matting",
-    "pose": "pose",
-    "depth": "depth",  # Sapiens v1 only: relative depth
-    "features": None,
-}
-LETTERBOXED = {"normal", "albedo", "pointmap"}
+# Sapiens2 letterboxes these tasks' inputs, stretches the others' (v1 stretches every one).
+LETTERBOXED = {NORMAL, ALBEDO, POINTMAP}
 log = logging.getLogger(__name__)
 
 
@@ -62,7 +55,11 @@ class Predictor:
         dtype: torch.dtype | None = None,
         batch_size: int = 4,
         compile: bool = False,
+        expected_tasks: Mapping[str, str | None] | None = None,
     ) -> None:
+        """``models`` by the caller's names; ``expected_tasks`` (name -> task, None for a
+        pretrain backbone), when given, must name every model and match the task each was
+        made for."""
         if not models:
             raise ValueError("a predictor needs at least one model")
         first = next(iter(models.values()))
@@ -74,15 +71,15 @@ class Predictor:
         self.models: dict[str, nn.Module] = {}
         self.infos: dict[str, ModelInfo] = {}
         for name, model in models.items():
-            if name not in PASS_TASKS:
-                raise ValueError(f"unknown pass {name!r}; known: {', '.join(PASS_TASKS)}")
             info = model_info(model)
-            if info.task != PASS_TASKS[name]:
-                got = info.task or "a pretrain backbone"
-                raise ValueError(
-                    f"pass {name!r} needs a {PASS_TASKS[name] or 'pretrain'} model, "
-                    f"got {got} ({info.path or info.arch})"
-                )
+            if expected_tasks is not None:
+                if name not in expected_tasks:
+                    raise ValueError(f"unknown output {name!r}; known: {', '.join(expected_tasks)}")
+                if info.task != expected_tasks[name]:
+                    raise ValueError(
+                        f"{name!r} needs a {expected_tasks[name] or 'pretrain'} model, got "
+                        f"{info.task or 'a pretrain backbone'} ({info.path or info.arch})"
+                    )
             model = model.to(device=self.device, dtype=dtype).eval()
             if compile:
                 from .torch_compile import compile_model
@@ -103,7 +100,7 @@ class Predictor:
         """Every requested pass of (B, H, W, 3) RGB images, as float32 numpy, channels last
         (matte (B, H, W)): a convenience over ``predict_batch`` for callers that want arrays
         on the host. The platform's workers stay on the device with ``predict_batch``."""
-        wanted = [p for p in (passes or self.passes) if p != "pose"]
+        wanted = [p for p in (passes or self.passes) if p not in self.infos or not self._posed(p)]
         missing = [p for p in wanted if p not in self.models]
         if missing:
             raise ValueError(f"no model loaded for {missing}; loaded: {list(self.models)}")
@@ -112,9 +109,14 @@ class Predictor:
             raise ValueError("input tiles contain NaN or Inf values")
         out: dict[str, np.ndarray] = {}
         for name in wanted:
+            task = self.infos[name].task
             for key, value in self.predict_batch(x, name).items():
-                out[key] = _host(key, value)
+                alpha = key == name and task == MATTING
+                out[key] = _host(value, channels_last=task is not None, squeeze=alpha)
         return out
+
+    def _posed(self, name: str) -> bool:
+        return self.infos[name].task == POSE
 
     def predict_batch(self, x01: Tensor, name: str) -> dict[str, Tensor]:
         """One pass of a (B, 3, H, W) batch of RGB in [0, 1] on this predictor's device; the
@@ -166,41 +168,42 @@ class Predictor:
     @torch.inference_mode()
     def _run(self, name: str, x01: Tensor) -> dict[str, Tensor]:
         model, info = self.models[name], self.infos[name]
-        if name == "features":
+        task = info.task
+        if task is None:  # a pretrain backbone: its feature map
             padded, _ = pad_to_multiple(x01, info.backbone.input_multiple)
             with self.timer.measure():
-                return {"features": model(normalize(padded).to(self.dtype)).float()}
+                return {name: model(normalize(padded).to(self.dtype)).float()}
         # v1 resizes every dense input plainly to 1024x768 (reference §3), Sapiens2 letterboxes.
-        boxed = name in LETTERBOXED and info.family == "sapiens2"
+        boxed = task in LETTERBOXED and info.family == "sapiens2"
         prepare = letterbox if boxed else stretch
         canvas, geom = prepare(x01, info.input_hw)
         canvas, (pb, pr) = pad_to_multiple(canvas, info.backbone.input_multiple)
         geom = geom.padded(pb, pr)  # `restore` then drops this padding too
         with self.timer.measure():
             raw = model(normalize(canvas).to(self.dtype))
-        if name == "normal":
-            return {"normal": post.unit_normals(restore(post.unit_normals(raw.float()), geom))}
-        if name == "albedo":
-            return {"albedo": restore(post.albedo_rgb(raw), geom)}
-        if name == "seg":
-            return {"seg": post.seg_probabilities(restore(raw.float(), geom))}
-        if name == "depth":
-            return {"depth": restore(raw.float(), geom)}
-        if name == "matte":
+        if task == NORMAL:
+            return {name: post.unit_normals(restore(post.unit_normals(raw.float()), geom))}
+        if task == ALBEDO:
+            return {name: restore(post.albedo_rgb(raw), geom)}
+        if task == SEG:
+            return {name: post.seg_probabilities(restore(raw.float(), geom))}
+        if task == DEPTH:
+            return {name: restore(raw.float(), geom)}
+        if task == MATTING:
             alpha, fg = post.split_matte(raw)
-            result = {"matte": restore(alpha, geom)}
+            result = {name: restore(alpha, geom)}
             if fg is not None:
-                result["matte_fg"] = restore(fg, geom)
+                result[f"{name}_fg"] = restore(fg, geom)
             return result
-        if name == "pointmap":
+        if task == POINTMAP:
             points, scale = raw
             metric, focal_canvas = post.metric_points(points, scale)
             return {
-                "pointmap": restore(metric, geom),
+                name: restore(metric, geom),
                 "focal": (focal_canvas / geom.scale_x).float(),
                 "pointmap_scale": scale.reshape(-1).float(),
             }
-        raise ValueError(f"pass {name!r} has no dense output (pose: use predict_pose)")
+        raise ValueError(f"the {name} model ({task}) has no dense output (pose: predict_pose)")
 
     def predict_pose(
         self,
@@ -213,9 +216,10 @@ class Predictor:
         """K keypoints per boxed person (308; v1: 17, 133 or 308), in plate pixels (top-down,
         UDP crop, flip test). ``image`` is (H, W, 3) RGB in [0, 1], or with
         ``channels_first`` a (3, H, W) tensor (on the device: no copy)."""
-        if "pose" not in self.models:
+        posed = [name for name, info in self.infos.items() if info.task == POSE]
+        if not posed:
             raise ValueError("no pose model loaded")
-        model, info = self.models["pose"], self.infos["pose"]
+        model, info = self.models[posed[0]], self.infos[posed[0]]
         if channels_first:
             img = torch.as_tensor(image).to(device=self.device, dtype=torch.float32)
         else:
@@ -236,11 +240,12 @@ class Predictor:
         )
 
 
-def _host(key: str, value: Tensor) -> np.ndarray:
-    """A pass on the host as ``predict`` gives it: channels last, matte (B, H, W)."""
-    if value.ndim == 4 and key != "features":
+def _host(value: Tensor, channels_last: bool, squeeze: bool) -> np.ndarray:
+    """An output on the host as ``predict`` gives it: channels last (a feature map stays
+    channels first), alpha (B, H, W)."""
+    if value.ndim == 4 and channels_last:
         value = value.permute(0, 2, 3, 1)
-        if key == "matte":
+        if squeeze:
             value = value[..., 0]
     return value.float().contiguous().cpu().numpy()
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from .arch import PATCH_SIZE, BackboneSpec, HeadSpec
+from .arch import DEPTH, NORMAL, PATCH_SIZE, POSE, SEG, BackboneSpec, HeadSpec
 from .errors import CheckpointError, refuse_wrapped_keys
 from .info import ModelInfo
 from .keypoints import KEYPOINT_NAMES as GOLIATH_KEYPOINT_NAMES
@@ -27,19 +27,19 @@ FAMILY = "sapiens1"
 NATIVE_INPUT_HW = (1024, 768)  # task models (H, W)
 PRETRAIN_INPUT_HW = (1024, 1024)  # MAE pretraining
 NORM_EPS = 1e-6  # LayerNorm (mmpretrain VisionTransformer)
-TASKS = ("depth", "normal", "seg", "pose")
+TASKS = (DEPTH, NORMAL, SEG, POSE)
 # Pose and normal configs set `patch_cfg=dict(padding=2)`; seg, depth and the pretrain
 # backbone do not. Shapes are identical either way: this table is the only source.
-PATCH_PADDING = {"pose": 2, "normal": 2, "seg": 0, "depth": 0, None: 0}
+PATCH_PADDING = {POSE: 2, NORMAL: 2, SEG: 0, DEPTH: 0, None: 0}
 # Where each head lives in a task file (mmseg's `decode_head.`, mmpose's `head.`) and the
 # name of its last 1x1 conv.
 HEAD_PREFIX = {
-    "depth": "decode_head.",
-    "normal": "decode_head.",
-    "seg": "decode_head.",
-    "pose": "head.",
+    DEPTH: "decode_head.",
+    NORMAL: "decode_head.",
+    SEG: "decode_head.",
+    POSE: "head.",
 }
-OUTPUT_LAYER = {"depth": "conv_seg", "normal": "conv_seg", "seg": "conv_seg", "pose": "final_layer"}
+OUTPUT_LAYER = {DEPTH: "conv_seg", NORMAL: "conv_seg", SEG: "conv_seg", POSE: "final_layer"}
 # Keypoint sets of the released pose models, by heatmap count.
 KEYPOINT_SET_NAMES = {17: "coco", 133: "coco_wholebody", 308: "goliath"}
 SEG_NUM_CLASSES = len(V1_SEG_CLASSES)  # 28: 27 body parts + background
@@ -65,18 +65,18 @@ V1_ARCH_NAMES = tuple(V1_SIZES)
 V1_TINY = "sapiens1_tiny"
 V1_TINY_DIMS = _row(96, 3, 4)
 V1_TINY_HEADS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "seg": ((32, 16, 16), (16,)),
-    "depth": ((32, 16, 16, 16), (16,)),
-    "normal": ((32, 16, 16), (16, 16)),
-    "pose": ((32, 16), (16,)),
+    SEG: ((32, 16, 16), (16,)),
+    DEPTH: ((32, 16, 16, 16), (16,)),
+    NORMAL: ((32, 16, 16), (16, 16)),
+    POSE: ((32, 16), (16,)),
 }
 
 # task: (deconv channels, conv channels (1x1), output channels) of the released heads.
 V1_HEADS: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]] = {
-    "seg": ((768, 768, 768), (768, 768, 768), SEG_NUM_CLASSES),
-    "depth": ((384, 384, 384, 384), (384, 384), 1),
-    "normal": ((768, 768, 768), (768, 768, 768), 3),
-    "pose": ((768, 768), (768, 768), len(GOLIATH_KEYPOINT_NAMES)),
+    SEG: ((768, 768, 768), (768, 768, 768), SEG_NUM_CLASSES),
+    DEPTH: ((384, 384, 384, 384), (384, 384), 1),
+    NORMAL: ((768, 768, 768), (768, 768, 768), 3),
+    POSE: ((768, 768), (768, 768), len(GOLIATH_KEYPOINT_NAMES)),
 }
 
 
@@ -148,7 +148,7 @@ def v1_head_spec(
     if task not in V1_HEADS:
         raise ValueError(f"unknown Sapiens v1 task {task!r}; known: {', '.join(TASKS)}")
     d, c, out = V1_HEADS[task]
-    if task == "pose" and num_keypoints is not None:
+    if task == POSE and num_keypoints is not None:
         if num_keypoints not in KEYPOINT_SET_NAMES:
             raise ValueError(f"no v1 pose model has {num_keypoints} keypoints (17, 133 or 308)")
         out = num_keypoints
@@ -184,7 +184,7 @@ def v1_info(
 
 def keypoint_set(info: ModelInfo) -> str | None:
     """'coco', 'coco_wholebody' or 'goliath' for a v1 pose model, else None."""
-    if info.task != "pose" or info.head is None:
+    if info.task != POSE or info.head is None:
         return None
     return KEYPOINT_SET_NAMES.get(info.head.out_channels)
 
@@ -223,7 +223,7 @@ def identify_v1(
         try:
             head = _v1_head(head_shapes, kind, spec.embed_dim)
         except ValueError as exc:
-            prefix = HEAD_PREFIX["pose" if kind == "pose" else "seg"]
+            prefix = HEAD_PREFIX[POSE if kind == POSE else SEG]
             raise CheckpointError(path, f"Sapiens v1 {prefix}*: {exc}") from None
         task = head.task
     padding = PATCH_PADDING[task] if patch_padding is None else patch_padding
@@ -247,7 +247,7 @@ def _v1_layout(path: str, shapes: dict[str, tuple[int, ...]]) -> tuple[str, Shap
                 + (f"; other keys: {other[:8]}" if other else ""),
             )
         prefix = heads.pop()
-        kind = "pose" if prefix == "head." else "dense"
+        kind = POSE if prefix == "head." else "dense"
         return kind, _strip(shapes, "backbone."), _strip(shapes, prefix)
     if "pos_embed" in shapes and "patch_embed.projection.weight" in shapes:
         return "pretrain", shapes, {}
@@ -357,7 +357,7 @@ def _indexed(shapes: Shapes, prefix: str) -> list[tuple[int, ...]]:
 def _v1_head(hs: Shapes, kind: str, in_channels: int) -> HeadSpec:
     """Head task and channel lists. Seg, depth and normal share one head class and differ
     only in their output count (28, 1, 3); pose is told by its prefix and `final_layer`."""
-    out_key = "final_layer.weight" if kind == "pose" else "conv_seg.weight"
+    out_key = "final_layer.weight" if kind == POSE else "conv_seg.weight"
     out_shape = _need(hs, out_key, 4)
     deconvs = _indexed(hs, "deconv_layers.")
     convs = _indexed(hs, "conv_layers.")
@@ -368,12 +368,12 @@ def _v1_head(hs: Shapes, kind: str, in_channels: int) -> HeadSpec:
             f"deconv_layers.0 takes {deconvs[0][0]} channels, the backbone gives {in_channels}"
         )
     out = out_shape[0]
-    if kind == "pose":
+    if kind == POSE:
         if out not in KEYPOINT_SET_NAMES:
             raise ValueError(f"final_layer has {out} heatmaps; v1 pose has 17, 133 or 308")
-        task = "pose"
+        task = POSE
     else:
-        by_out = {SEG_NUM_CLASSES: "seg", 1: "depth", 3: "normal"}
+        by_out = {SEG_NUM_CLASSES: SEG, 1: DEPTH, 3: NORMAL}
         if out not in by_out:
             raise ValueError(
                 f"conv_seg has {out} outputs; v1 has seg ({SEG_NUM_CLASSES}), depth (1), normal (3)"

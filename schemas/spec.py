@@ -14,11 +14,9 @@ from typing import Annotated, Any, Literal
 import fileseq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-PassName = Literal["normal", "pointmap", "depth", "albedo", "matte", "seg", "pose"]
-# What a shot gets when it names no passes: every Sapiens2 pass.
-ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
-# Every pass there is, in the canonical order: `depth` (relative depth) is Sapiens v1's only.
-KNOWN_PASSES: tuple[str, ...] = ("normal", "pointmap", "depth", "albedo", "matte", "seg", "pose")
+from schemas import passes as pass_table
+
+PassName = Literal[pass_table.PASS_NAMES]  # type: ignore[valid-type]
 Family = Literal["sapiens2", "sapiens1"]
 # "auto": the largest size with a checkpoint for every pass under the checkpoint root (or
 # SVFX_MODEL_SIZE when it has them all); the tiny untrained models only without checkpoints.
@@ -82,13 +80,10 @@ class ShotSpec(BaseModel):
     )
     frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
     colorspace: str | None = Field(None, description="plate colour space; None: guess")
-    passes: tuple[PassName, ...] = ALL_PASSES
-    family: Family = Field(
-        "sapiens2",
-        description="model family of the passes both families have (normal, seg, pose); a "
-        "pass only one family has runs on that one (depth: Sapiens v1; pointmap, albedo, "
-        "matte: Sapiens2)",
+    passes: tuple[PassName, ...] = Field(
+        pass_table.DEFAULT_PASSES, description=pass_table.describe()
     )
+    family: Family = Field("sapiens2", description=pass_table.family_help())
     model_size: str = "auto"
     checkpoints: dict[PassName, str] = Field(default_factory=dict)
     checkpoint_root: str | None = None
@@ -129,16 +124,30 @@ class ShotSpec(BaseModel):
         if isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
         if isinstance(value, list | tuple):
-            unknown = [p for p in value if p not in KNOWN_PASSES]
+            known = pass_table.PASS_NAMES
+            unknown = [p for p in value if p not in known]
             if unknown:
                 raise ValueError(
-                    f"unknown pass {', '.join(map(repr, unknown))}; "
-                    f"known: {', '.join(KNOWN_PASSES)}"
+                    f"unknown pass {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
                 )
             if not value:
                 raise ValueError("no passes asked for")
-            # canonical order, no repeats
-            return tuple(p for p in KNOWN_PASSES if p in value)
+            twice = sorted({p for p in value if list(value).count(p) > 1})
+            if twice:
+                raise ValueError(f"pass {', '.join(map(repr, twice))} is given twice")
+            return pass_table.in_order(value)  # the table's order
+        return value
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _own_checkpoints(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            made_from = pass_table.made_from(name)
+            if made_from != name:
+                raise ValueError(
+                    f"{name} has no checkpoint of its own: it is made from the {made_from} "
+                    f"model's output; give {made_from}=FILE instead"
+                )
         return value
 
     @field_validator("model_size")
@@ -171,13 +180,10 @@ class ShotSpec(BaseModel):
     # -- derived -----------------------------------------------------------------------
     @property
     def model_passes(self) -> tuple[str, ...]:
-        """Passes the models must compute: pose needs person boxes, and relative depth is
-        normalised over the person, both from seg or matte, so a job without either also runs
-        seg (not written)."""
-        passes = list(self.passes)
-        if {"pose", "depth"} & set(passes) and not {"seg", "matte"} & set(passes):
-            passes.append("seg")
-        return tuple(p for p in KNOWN_PASSES if p in passes)
+        """Passes the models must compute: those asked for and what they need (pose needs
+        person boxes and relative depth is normalised over the person, both from seg or
+        matte), which run but are not written (`schemas.passes.model_passes`)."""
+        return pass_table.model_passes(self.passes)
 
     @property
     def shot_path(self) -> str:
@@ -279,4 +285,6 @@ def parse_spec(data: dict[str, Any]) -> ShotSpec:
             where = ".".join(str(p) for p in error["loc"]) or "spec"
             message = str(error["msg"]).removeprefix("Value error, ")
             lines.append(f"{where}: {message}")
+        if len(lines) == 1:  # one problem: one line
+            raise SpecError(f"invalid shot spec: {lines[0]}") from None
         raise SpecError("invalid shot spec:\n  " + "\n  ".join(lines)) from None

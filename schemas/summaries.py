@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
+from schemas.passes import OutputKind
+
 FrameStatus = Literal["done", "failed"]
 
 
@@ -14,7 +15,7 @@ FrameStatus = Literal["done", "failed"]
 class OutputRecord:
     """One pass of one frame as stored: an EXR part, a Zarr region, a preview image..."""
 
-    pass_name: str  # normal, pointmap, albedo, matte, seg, pose
+    pass_name: str  # a pass of schemas.passes
     frame: int
     kind: OutputKind
     uri: str  # the file (EXR, preview) or the Zarr array (store/array)

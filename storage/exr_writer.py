@@ -1,6 +1,8 @@
 """One multi-part OpenEXR per frame holding the Sapiens2 passes, laid out the way Nuke reads them.
 
-Parts, channels, pixel types and compression follow ARCHITECTURE.md ("Outputs"):
+The writer is told its parts as ``storage.layers.ExrLayer`` values (the pass table,
+``schemas.passes``, declares them); parts, channels, pixel types and compression follow
+ARCHITECTURE.md ("Outputs"):
 
 | part             | channels                           | type  | from pass  |
 |------------------|------------------------------------|-------|------------|
@@ -56,56 +58,14 @@ from storage import cryptomatte
 from storage.atomic import WriteResult, atomic_open
 from storage.errors import FrameError
 from storage.frame import Box, Frame
+from storage.layers import ExrLayer
 
 log = logging.getLogger(__name__)
 
-CRYPTO_LAYER = "CryptoBodyPart"
-REL_DEPTH_LAYER = "relDepth"  # Sapiens v1's relative depth: never Nuke's metric depth.Z
-PART_ORDER: tuple[str, ...] = ("N", "P", REL_DEPTH_LAYER, "albedo", "matte", CRYPTO_LAYER, "seg")
-# Pixel type of each part's channels (Cryptomatte is float32: never half, never DWA).
-PART_DTYPES: dict[str, type[np.generic]] = {
-    "N": np.float16,
-    "P": np.float32,
-    REL_DEPTH_LAYER: np.float32,
-    "albedo": np.float16,
-    "matte": np.float16,
-    CRYPTO_LAYER: np.float32,
-    "seg": np.uint32,
-}
-PASS_OF_PART: dict[str, str] = {
-    "N": "normal",
-    "P": "pointmap",
-    REL_DEPTH_LAYER: "depth",
-    "albedo": "albedo",
-    "matte": "matte",
-    CRYPTO_LAYER: "seg",
-    "seg": "seg",
-}
 _NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120))
 DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
 CAMERA_AXES_KEY = "sapiens2/cameraAxes"
-CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on the seg part: seg.id -> name
-_PART_CHANNELS: dict[str, tuple[str, ...]] = {
-    "N": ("N.x", "N.y", "N.z"),
-    "P": ("P.x", "P.y", "P.z", "depth.Z"),
-    REL_DEPTH_LAYER: ("relDepth.Z",),
-    "albedo": ("albedo.R", "albedo.G", "albedo.B"),
-    "matte": ("matte.A",),
-    "seg": ("seg.id",),
-}
-
-_PART_CONTENT = {
-    "N": "camera-space unit normals",
-    "P": "camera-space position in metres; depth.Z = P.z (distance along the forward axis)",
-    REL_DEPTH_LAYER: (
-        "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 farthest, "
-        "-1 elsewhere (metric depth is depth.Z in P)"
-    ),
-    "albedo": "scene-linear albedo",
-    "matte": "person alpha",
-    CRYPTO_LAYER: "Cryptomatte of the body-part classes (coverage = class probability)",
-    "seg": "body-part class index (argmax of the class probabilities)",
-}
+CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on a class-index part: id -> name
 # Attributes the writer owns; provenance may not override them.
 _RESERVED = frozenset(
     {
@@ -145,33 +105,36 @@ _PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
 def write_passes_exr(
     uri: str,
     plate: Frame,
+    layers: Sequence[ExrLayer],
     parts: Mapping[str, Mapping[str, np.ndarray]],
     provenance: Mapping[str, Any],
     *,
     class_names: Sequence[str] | None = None,
-    albedo_interop_id: str = "lin_ap1_scene",
+    scene_linear_id: str = "lin_ap1_scene",
     storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
     """Write one frame's parts as a multi-part EXR at `uri`, atomically (local or S3).
 
-    `parts` maps part names of PART_ORDER to their channels, already in the part's pixel
-    type (PART_DTYPES) and covering the plate's data window: a plane (H, W) per channel name
-    (`N.x`, ...), or, where the channels are a layer's R, G, B, one (H, W, 3) array under the
-    layer's name (`albedo`), which OpenEXR writes from its strides as it is. Parts are
-    written in PART_ORDER whatever the mapping's order. Making those arrays is per-pixel
-    work done on the model's device (`tasks.frame_passes`); this module only checks and
-    encodes them. `plate` supplies the windows, pixel aspect and header attributes (its
-    pixels are not used). `class_names[c]` names class `c` (needed for the seg and
-    CryptoBodyPart parts). `provenance` becomes string attributes on every part;
-    `sapiens2/cameraAxes` defaults to DEFAULT_CAMERA_AXES. Raises FrameError naming the
-    file and frame on bad input.
+    `layers` are the parts the file may hold, in the order they are written; `parts` maps
+    the names of those given to their channels, already in the layer's pixel type and
+    covering the plate's data window: a plane (H, W) per channel name (`N.x`, ...), or,
+    where the channels are a layer's R, G, B, one (H, W, 3) array under the layer's name
+    (`albedo`), which OpenEXR writes from its strides as it is. Making those arrays is
+    per-pixel work done on the model's device (`tasks.frame_passes`); this module only
+    checks and encodes them. `plate` supplies the windows, pixel aspect and header
+    attributes (its pixels are not used). `class_names[c]` names class `c` (needed for
+    Cryptomatte and class-index parts). A scene-linear layer is tagged `scene_linear_id`
+    (its `colorInteropID`), every other `data`. `provenance` becomes string attributes on
+    every part; `sapiens2/cameraAxes` defaults to DEFAULT_CAMERA_AXES. Raises FrameError
+    naming the file and frame on bad input.
     """
     exr = _build_file(
         plate,
+        layers,
         parts,
         provenance,
         class_names=class_names,
-        albedo_interop_id=albedo_interop_id,
+        scene_linear_id=scene_linear_id,
         uri=uri,
     )
     # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
@@ -191,11 +154,12 @@ def _encode(exr: OpenEXR.File, target: Any, uri: str, frame: int | None) -> None
 
 def _build_file(
     plate: Frame,
+    layers: Sequence[ExrLayer],
     parts: Mapping[str, Mapping[str, np.ndarray]],
     provenance: Mapping[str, Any],
     *,
     class_names: Sequence[str] | None,
-    albedo_interop_id: str,
+    scene_linear_id: str,
     uri: str,
 ) -> OpenEXR.File:
     """The parts of the file, checked, ready to encode."""
@@ -203,52 +167,54 @@ def _build_file(
     def fail(reason: str) -> FrameError:
         return FrameError(uri, plate.frame, reason)
 
-    unknown = [part for part in parts if part not in PART_DTYPES]
+    known = [layer.part for layer in layers]
+    unknown = [part for part in parts if part not in known]
     if unknown:
-        raise fail(f"unknown EXR parts {unknown}; known parts are {list(PART_ORDER)}")
-    chosen = [part for part in PART_ORDER if part in parts]
+        raise fail(f"unknown EXR parts {unknown}; known parts are {known}")
+    chosen = [layer for layer in layers if layer.part in parts]
     if not chosen:
-        raise fail(f"no part to write; give any of {list(PART_ORDER)}")
+        raise fail(f"no part to write; give any of {known}")
     size = _window_size(plate.data_window)
     base = _base_header(plate, provenance, fail)
-    if (CRYPTO_LAYER in chosen or "seg" in chosen) and not class_names:
-        raise fail("class_names are required to write the seg and CryptoBodyPart parts")
-    if CRYPTO_LAYER in chosen:
+    labelled = [layer.part for layer in chosen if layer.cryptomatte or layer.class_names]
+    if labelled and not class_names:
+        raise fail(f"class_names are required to write the {' and '.join(labelled)} parts")
+    for layer in (layer for layer in chosen if layer.cryptomatte):
         assert class_names is not None
         try:
-            base.update(cryptomatte.metadata(CRYPTO_LAYER, class_names))
+            base.update(cryptomatte.metadata(layer.part, class_names))
         except ValueError as exc:
             raise fail(str(exc)) from exc
 
     exr_parts = []
-    for part in chosen:
+    for layer in chosen:
         try:
-            channels = _checked_channels(part, parts[part], size)
+            channels = _checked_channels(layer, parts[layer.part], size)
         except ValueError as exc:
-            raise fail(f"part {part!r}: {exc}") from exc
+            raise fail(f"part {layer.part!r}: {exc}") from exc
         header = dict(base)
-        header["colorInteropID"] = albedo_interop_id if part == "albedo" else "data"
-        header["sapiens2/content"] = _PART_CONTENT[part]
-        if part == "seg":
+        header["colorInteropID"] = scene_linear_id if layer.scene_linear else "data"
+        header["sapiens2/content"] = layer.content
+        if layer.class_names:
             header[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
-        exr_parts.append(OpenEXR.Part(header, channels, part))
+        exr_parts.append(OpenEXR.Part(header, channels, layer.part))
     return OpenEXR.File(exr_parts)
 
 
-def part_channels(part: str, crypto_ranks: int = cryptomatte.DEFAULT_RANKS) -> list[str]:
+def part_channels(layer: ExrLayer, crypto_ranks: int = cryptomatte.DEFAULT_RANKS) -> list[str]:
     """The channel names of a part, in the order the device makes its planes."""
-    if part == CRYPTO_LAYER:
-        return cryptomatte.channel_names(CRYPTO_LAYER, crypto_ranks)
-    return list(_PART_CHANNELS[part])
+    if layer.cryptomatte:
+        return cryptomatte.channel_names(layer.part, crypto_ranks)
+    return list(layer.channels)
 
 
 def _checked_channels(
-    part: str, given: Mapping[str, np.ndarray], size: tuple[int, int]
+    layer: ExrLayer, given: Mapping[str, np.ndarray], size: tuple[int, int]
 ) -> dict[str, np.ndarray]:
     """The part's channels as OpenEXR takes them: every expected channel present once, in
     the part's pixel type, of the data window's size, C-contiguous (the binding ignores
     numpy strides for planes: a strided view is written wrong)."""
-    dtype = np.dtype(PART_DTYPES[part])
+    dtype = np.dtype(layer.dtype)
     names: list[str] = []
     channels: dict[str, np.ndarray] = {}
     for key, array in given.items():
@@ -267,9 +233,9 @@ def _checked_channels(
             raise ValueError(f"{key} is {values.dtype}, the part's pixel type is {dtype}")
         channels[key] = np.ascontiguousarray(values)
     expected = (
-        part_channels(part, 2 * (len(names) // 4))
-        if part == CRYPTO_LAYER and names and len(names) % 4 == 0
-        else part_channels(part)
+        part_channels(layer, 2 * (len(names) // 4))
+        if layer.cryptomatte and names and len(names) % 4 == 0
+        else part_channels(layer)
     )
     if sorted(names) != sorted(expected):
         raise ValueError(f"channels {sorted(names)} given, expected {expected}")

@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from storage.atomic import WriteResult, atomic_write_bytes
+from storage.layers import PreviewKind
 from storage.uri import filesystem_for
 
 MAX_SIDE = 512
@@ -143,7 +144,7 @@ def thumbnail(
 
 
 def pass_preview(
-    pass_name: str,
+    kind: PreviewKind,
     data: np.ndarray,
     *,
     palette: Sequence[Sequence[int]] | None = None,
@@ -151,24 +152,26 @@ def pass_preview(
     max_side: int = MAX_SIDE,
     pixel_aspect: float = 1.0,
 ) -> np.ndarray:
-    """The thumbnail of one pass (`normal`, `pointmap`, `depth`, `albedo`, `matte`, `seg`)."""
-    if pass_name == "normal":
+    """The thumbnail of one pass's values, drawn as ``kind`` says (``storage.layers``):
+    unit vectors, points by inverse depth, relative depth, scene-linear colour, alpha, or
+    class labels (with a palette, by nearest pixel)."""
+    if kind == "vectors":
         rgb = normal_rgb(data)
-    elif pass_name == "pointmap":
+    elif kind == "inverse_depth":
         rgb = depth_rgb(data, inverse_depth_range)
-    elif pass_name == "depth":
+    elif kind == "relative_depth":
         rgb = relative_depth_rgb(data)
-    elif pass_name == "albedo":
+    elif kind == "colour":
         rgb = albedo_rgb(data)
-    elif pass_name == "matte":
+    elif kind == "alpha":
         rgb = matte_rgb(data)
-    elif pass_name == "seg":
+    elif kind == "labels":
         if palette is None:
-            raise ValueError("a palette is needed for the seg preview")
+            raise ValueError("a palette is needed for a label preview")
         rgb = seg_rgb(data, palette)
     else:
-        raise ValueError(f"no preview for pass {pass_name!r}")
-    return thumbnail(rgb, max_side, pixel_aspect, nearest=pass_name == "seg")
+        raise ValueError(f"no preview of kind {kind!r}")
+    return thumbnail(rgb, max_side, pixel_aspect, nearest=kind == "labels")
 
 
 def pose_preview(

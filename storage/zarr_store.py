@@ -1,6 +1,8 @@
 """The per-shot Zarr v3 store that ML and analysis tools read.
 
-Layout (one group per shot, created once by the flow before any worker writes):
+Layout (one group per shot, created once by the flow before any worker writes); the pass
+arrays are described to it as ``storage.layers.ZarrArray`` values, which the pass table
+(``schemas.passes``) declares:
 
 | array      | shape          | dtype | dimension names                   | fill  |
 |------------|----------------|-------|-----------------------------------|-------|
@@ -47,7 +49,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from storage.errors import FrameError, StorageError
+from storage.layers import ZarrArray
 from storage.uri import default_storage_options, filesystem_for, is_remote
 
 log = logging.getLogger(__name__)
@@ -73,39 +75,6 @@ WRITE_CONFIG = {"write_empty_chunks": True}
 ZARR_COMPRESSOR = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
 
 
-@dataclass(frozen=True)
-class PassLayout:
-    """How one pass is laid out: per-frame trailing shape, dtype, dimension names, fill."""
-
-    trailing: tuple[int | str, ...]  # "P" stands for max_people, "K" for the keypoint count
-    dtype: str
-    dims: tuple[str, ...]
-    fill: float | int
-
-
-PASS_LAYOUTS: dict[str, PassLayout] = {
-    "normal": PassLayout(("H", "W", 3), "float16", ("frame", "y", "x", "c"), np.nan),
-    "pointmap": PassLayout(("H", "W", 3), "float32", ("frame", "y", "x", "c"), np.nan),
-    "albedo": PassLayout(("H", "W", 3), "float16", ("frame", "y", "x", "c"), np.nan),
-    "matte": PassLayout(("H", "W"), "float16", ("frame", "y", "x"), np.nan),
-    "seg": PassLayout(("H", "W"), "uint8", ("frame", "y", "x"), SEG_FILL),
-    "depth": PassLayout(("H", "W"), "float32", ("frame", "y", "x"), np.nan),
-    "pose": PassLayout(("P", "K", 3), "float32", ("frame", "person", "keypoint", "xys"), np.nan),
-}
-ARRAY_CONTENT = {
-    "normal": "camera-space unit normals (OpenCV axes: +x right, +y down, +z forward)",
-    "pointmap": "camera-space position in metres; [..., 2] is metric depth",
-    "albedo": "scene-linear albedo in the plate's working space",
-    "matte": "person alpha",
-    "seg": "body-part class index (names in the class_names attribute: index -> name)",
-    "depth": (
-        "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 farthest, "
-        "-1 elsewhere"
-    ),
-    "pose": "per person and keypoint: x, y in plate pixels and a score; NaN: no person",
-}
-
-
 # Zarr re-encodes a whole shard for every region written into it, so writing frame k of a
 # shard costs k frames' worth of encoding: measured at 4096x2160 with 8-frame shards, frames 0
 # to 7 cost 0.62 to 2.74 core-s. Shards are capped so a shard of the largest array stays near
@@ -114,15 +83,12 @@ SHARD_BYTES = 128 * 2**20
 
 
 def shard_frames(
-    height: int, width: int, passes: Sequence[str], max_people: int, wanted: int
+    height: int, width: int, arrays: Sequence[ZarrArray], max_people: int, wanted: int
 ) -> int:
     """Frames per shard: ``wanted``, fewer when the largest array's frame is big."""
     sizes = {"H": height, "W": width, "P": max_people, "K": KEYPOINTS}
     largest = 1
-    for name in passes:
-        spec = PASS_LAYOUTS.get(name)
-        if spec is None:
-            continue
+    for spec in arrays:
         count = int(np.prod([sizes[d] if isinstance(d, str) else d for d in spec.trailing]))
         largest = max(largest, count * np.dtype(spec.dtype).itemsize)
     return max(1, min(wanted, SHARD_BYTES // largest))
@@ -160,7 +126,7 @@ def create_shot_store(
     frames: Sequence[int],
     height: int,
     width: int,
-    passes: Sequence[str],
+    arrays: Sequence[ZarrArray],
     max_people: int,
     provenance: Mapping[str, Any],
     frames_per_shard: int,
@@ -173,34 +139,37 @@ def create_shot_store(
 
     If a store with the same layout already exists it is kept as is (a re-run fills in the
     frames it is missing); a store with a different layout is refused unless `overwrite`.
-    `keypoints` is the pose model's keypoint count; `seg_classes` the seg model's class
-    names in index order, kept in the `seg` array's ``class_names`` attribute.
+    `arrays` are the pass arrays, in order; `keypoints` is the pose model's keypoint count;
+    `seg_classes` the seg model's class names in index order, kept in the ``class_names``
+    attribute of the arrays that hold class indices.
     """
     frame_numbers = [int(frame) for frame in frames]
-    _check_layout_args(uri, frame_numbers, height, width, passes, max_people, frames_per_shard)
+    _check_layout_args(uri, frame_numbers, height, width, arrays, max_people, frames_per_shard)
     layout: dict[str, Any] = {
         "format": STORE_FORMAT,
         "frames_per_shard": frames_per_shard,
         "height": height,
         "width": width,
         "max_people": max_people,
-        "passes": [name for name in PASS_LAYOUTS if name in passes],
+        "passes": [spec.name for spec in arrays],
     }
     if keypoints != KEYPOINTS:  # stores made before it was recorded hold 308
         layout["keypoints"] = keypoints
     # Another class list means other indices: such a store is another layout (and replaced).
     # Stores made before it was recorded hold Sapiens2's 29.
-    if "seg" in passes and seg_classes is not None and len(seg_classes) != SEG_CLASS_COUNT:
+    labelled = any(spec.class_names for spec in arrays)
+    if labelled and seg_classes is not None and len(seg_classes) != SEG_CLASS_COUNT:
         layout["seg_classes"] = len(seg_classes)
     names = list(seg_classes) if seg_classes is not None else None
     with _opened(uri, storage_options, read_only=False) as store:
-        _create_in(uri, store, layout, frame_numbers, provenance, overwrite, names)
+        _create_in(uri, store, layout, arrays, frame_numbers, provenance, overwrite, names)
 
 
 def _create_in(
     uri: str,
     store: Any,
     layout: dict[str, Any],
+    arrays: Sequence[ZarrArray],
     frame_numbers: list[int],
     provenance: Mapping[str, Any],
     overwrite: bool,
@@ -210,7 +179,7 @@ def _create_in(
     if not overwrite:
         existing = _existing_layout(store)
         if existing is not None:
-            same = {key: existing[0].get(key) for key in layout} == layout
+            same = _same_layout({key: existing[0].get(key) for key in layout}, layout)
             if same and existing[1] == frame_numbers:
                 return
             raise StorageError(
@@ -242,14 +211,13 @@ def _create_in(
         dimension_names=("frame", "digest"),
     )
     sizes = _sizes(layout)
-    for name in layout["passes"]:
-        spec = PASS_LAYOUTS[name]
+    for spec in arrays:
         trailing = tuple(sizes[d] if isinstance(d, str) else d for d in spec.trailing)
-        array_attributes: dict[str, Any] = {"content": ARRAY_CONTENT[name]}
-        if name == "seg" and seg_classes is not None:
+        array_attributes: dict[str, Any] = {"content": spec.content}
+        if spec.class_names and seg_classes is not None:
             array_attributes["class_names"] = seg_classes
         group.create_array(
-            name,
+            spec.name,
             shape=(count, *trailing),
             dtype=spec.dtype,
             chunks=(1, *trailing),
@@ -261,8 +229,18 @@ def _create_in(
         )
 
 
+def _same_layout(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a store's layout is the one wanted; the order of its passes does not count
+    (stores made before the pass table listed relative depth after seg)."""
+
+    def passes_as_set(layout: Mapping[str, Any]) -> dict[str, Any]:
+        return {**layout, "passes": sorted(layout.get("passes") or ())}
+
+    return passes_as_set(existing) == passes_as_set(wanted)
+
+
 def _sizes(layout: Mapping[str, Any]) -> dict[str, int]:
-    """What the letters of `PassLayout.trailing` stand for in a store's layout."""
+    """What the letters of `ZarrArray.trailing` stand for in a store's layout."""
     return {
         "H": int(layout["height"]),
         "W": int(layout["width"]),
@@ -355,14 +333,18 @@ class ShotStoreWriter:
             self._arrays[name][frame_index] = block
 
     def _prepare(self, name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-        if name == "pose" and not isinstance(value, np.ndarray):
+        target = self._arrays[name]
+        if isinstance(value, list | tuple):  # people: a keypoint array's block
             return _pose_block(value, self.max_people, shape[1])
         block = np.asarray(value)
         if block.shape != shape:
             raise ValueError(f"expected shape {shape}, got {block.shape}")
-        if name == "seg" and block.size and (block.min() < 0 or block.max() >= SEG_FILL):
-            raise ValueError(f"class labels must lie in 0..{SEG_FILL - 1}")
-        return block.astype(PASS_LAYOUTS[name].dtype, copy=False)
+        dtype = np.dtype(target.dtype)
+        if dtype.kind == "u" and block.size:  # class labels: the fill value means unwritten
+            fill = int(target.fill_value)
+            if block.min() < 0 or block.max() >= fill:
+                raise ValueError(f"class labels must lie in 0..{fill - 1}")
+        return block.astype(dtype, copy=False)
 
 
 def key_digest(cache_key: str) -> np.ndarray:
@@ -529,7 +511,7 @@ def _check_layout_args(
     frames: list[int],
     height: int,
     width: int,
-    passes: Sequence[str],
+    arrays: Sequence[ZarrArray],
     max_people: int,
     frames_per_shard: int,
 ) -> None:
@@ -540,12 +522,13 @@ def _check_layout_args(
         problems.append("frame numbers repeat")
     if height < 1 or width < 1:
         problems.append(f"size {width}x{height} is empty")
-    unknown = sorted(set(passes) - set(PASS_LAYOUTS))
-    if unknown:
-        problems.append(f"unknown passes {unknown} (known: {list(PASS_LAYOUTS)})")
-    if not passes:
+    names = [spec.name for spec in arrays]
+    reserved = sorted(set(names) & {FRAME_ARRAY, FRAME_KEY_ARRAY})
+    if reserved or len(set(names)) != len(names):
+        problems.append(f"array names {names} repeat or use a reserved name")
+    if not arrays:
         problems.append("no passes")
-    if "pose" in passes and max_people < 1:
+    if any(spec.keypoints for spec in arrays) and max_people < 1:
         problems.append("max_people must be at least 1 to store pose")
     if frames_per_shard < 1:
         problems.append("frames_per_shard must be at least 1")

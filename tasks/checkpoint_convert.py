@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from sapiens.arch import POSE, SEG
 from sapiens.errors import CheckpointError
 from sapiens.info import ModelInfo
 from sapiens.pth_reader import TorchCheckpoint, pth_hint, read_pth
@@ -124,10 +125,10 @@ def describe(checkpoint: TorchCheckpoint, info: ModelInfo, source_sha256: str) -
         "source_sha256": source_sha256,
         "source_format": checkpoint.source,
     }
-    if info.head is not None and task == "pose":
+    if info.head is not None and task == POSE:
         meta["keypoints"] = str(info.head.out_channels)
         meta["keypoint_set"] = keypoint_set(info) or "unknown"
-    elif info.head is not None and task == "seg":
+    elif info.head is not None and task == SEG:
         meta["classes"] = str(info.head.out_channels)
     return meta
 

@@ -40,11 +40,11 @@ from sapiens.checkpoint_arch import (
 )
 from sapiens.errors import CheckpointError
 from sapiens.loading import read_header, sha256_file
-from sapiens.predictor import PASS_TASKS
 from sapiens.seg_classes import seg_classes_for
 from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import TASKS as V1_TASKS
 from sapiens.v1_arch import canonical_v1
+from schemas.passes import PASSES, families_of, first_of_kind, model_task
 
 from .checkpoint_errors import CheckpointChoiceError
 
@@ -64,16 +64,9 @@ V1_AUTO_SIZE_ORDER = ("tiny", "0.3b", "0.6b", "1b", "2b")
 SIZE_ORDER = {SAPIENS2: AUTO_SIZE_ORDER, SAPIENS1: V1_AUTO_SIZE_ORDER}
 FAMILY_SIZES = {SAPIENS2: KNOWN_SIZES, SAPIENS1: V1_AUTO_SIZE_ORDER}
 FAMILY_NAMES = {SAPIENS2: "Sapiens2", SAPIENS1: "Sapiens v1"}
-# The families that have each pass, the one a pass falls back to first.
-PASS_FAMILIES: dict[str, tuple[str, ...]] = {
-    "normal": (SAPIENS2, SAPIENS1),
-    "seg": (SAPIENS2, SAPIENS1),
-    "pose": (SAPIENS2, SAPIENS1),
-    "pointmap": (SAPIENS2,),
-    "albedo": (SAPIENS2,),
-    "matte": (SAPIENS2,),
-    "depth": (SAPIENS1,),
-}
+# Each pass with a model of its own: the families that have it, and its checkpoint task.
+PASS_FAMILIES = {p.name: families_of(p.name) for p in PASSES if p.models}
+PASS_TASKS = {name: model_task(name) for name in PASS_FAMILIES}
 UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
 
 
@@ -198,7 +191,8 @@ def pass_family(pass_name: str, family: str = SAPIENS2) -> str:
 def seg_class_names(checkpoints: Mapping[str, CheckpointRef]) -> tuple[str, ...]:
     """The class names of the seg model among `checkpoints`, in output order (Sapiens2's
     when there is none)."""
-    seg = checkpoints.get("seg")
+    labelled = first_of_kind(checkpoints, "labels")
+    seg = checkpoints[labelled] if labelled else None
     return seg_classes_for(seg.family if seg is not None else SAPIENS2)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
+from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
 from storage.zarr_store import ShotStoreWriter
@@ -95,7 +96,10 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
         worker=f"{socket.gethostname()}:{os.getpid()}",
         environment=environment(predictor),
         checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
-        colour={**colour.to_model_info.as_dict(), "albedo": colour.albedo_info.description},
+        colour={
+            **colour.to_model_info.as_dict(),
+            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
+        },
         tiling={**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
     runner = _ChunkRunner(job, spec, predictor, colour, context)
@@ -171,7 +175,8 @@ class _ChunkRunner:
         )
         infos = predictor.infos
         classes = seg_class_names(job.checkpoints)  # as the flow's Zarr store names them
-        pose_head = infos["pose"].head if "pose" in infos else None
+        posed = [n for n in infos if pass_table.BY_NAME[n].values == "keypoints"]
+        pose_head = infos[posed[0]].head if posed else None
         self.inference = FrameInference(spec, predictor, classes)
         self.writer = FrameWriter(
             spec,
@@ -273,7 +278,7 @@ class _ChunkRunner:
             "pointmap on the whole frame, letterboxed"
             + (
                 "; relative depth on the whole frame, stretched"
-                if "depth" in self.spec.passes
+                if any(pass_table.BY_NAME[n].values == "relative_depth" for n in self.spec.passes)
                 else ""
             )
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES, keypoint_names_for, skeleton_for
+from schemas.passes import first_of_kind
 from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
@@ -39,9 +40,10 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     """Write the shot-level files; returns what was written, by name."""
     options = job.storage_options or None
     written: dict[str, str] = {}
-    if "pose" in job.passes and job.only_missing and _exists(job.paths.pose_json, options):
+    posed = first_of_kind(job.passes, "keypoints") is not None
+    if posed and job.only_missing and _exists(job.paths.pose_json, options):
         written["pose_json"] = job.paths.pose_json
-    elif "pose" in job.passes:
+    elif posed:
         result = assemble_pose_json(
             job.paths.pose_json,
             job.paths.pose_fragments,

@@ -34,6 +34,7 @@ from torch import Tensor
 from sapiens.arch import CANONICAL_FOCAL, NATIVE_INPUT_HW
 from sapiens.predictor import Predictor
 from sapiens.seg_classes import BACKGROUND
+from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from storage.previews import MAX_SIDE, thumbnail_size
 from tasks.anamorphic import desqueeze
@@ -44,8 +45,6 @@ from tasks.host_transfer import HostTransfer
 from tasks.normal_rotation import rotate_normals, tile_rotation
 from tasks.person_boxes import boxes_from_mask
 from tasks.tiling import extract_tiles, plan_frame
-
-TILED = ("normal", "albedo", "matte", "seg")
 
 
 @dataclass
@@ -68,38 +67,49 @@ class FrameInference:
     @torch.inference_mode()
     def run(self, group: Sequence[ReadFrame]) -> list[InferredFrame]:
         t0 = time.perf_counter()
-        wanted = self.spec.model_passes
+        wanted = [pass_table.BY_NAME[name] for name in self.spec.model_passes]
         frames = [self._upload(read) for read in group]
         finished: list[dict[str, Tensor]] = [{} for _ in group]
         masks: list[Tensor | None] = [None] * len(group)
         focals: list[float | None] = [None] * len(group)
-        if "pointmap" in wanted:
-            out = self.predictor.predict_batch(torch.stack(frames), "pointmap")
-            focals = [float(f) for f in out["focal"].cpu()]
+        later = []  # whole-frame passes finished once the person's mask is known
+        for spec in (p for p in wanted if p.inference == "whole_frame"):
+            out = self.predictor.predict_batch(torch.stack(frames), spec.name)
+            if spec.values == "points":  # its focal estimate sets how normal tiles rotate
+                focals = [float(f) for f in out["focal"].cpu()]
+            if spec.values == "relative_depth":
+                later.append((spec, out[spec.name]))
+                continue
             for i, read in enumerate(group):
-                self._finish(read, "pointmap", out["pointmap"][i], finished[i])
+                self._finish(read, spec, out[spec.name][i], finished[i])
             del out
-        depth = None
-        if "depth" in wanted:  # finished below, once the person's mask is known
-            depth = self.predictor.predict_batch(torch.stack(frames), "depth")["depth"]
-        masked = {"pose", "depth"} & set(wanted)
-        boxes_from = "seg" if "seg" in wanted else "matte"
-        for name in (p for p in TILED if p in wanted):
-            blended = self._blend(name, frames, focals)
+        masked = any(p.needs for p in wanted)
+        boxes_from = next(
+            (n for n in pass_table.PERSON_MASK_FROM if n in self.spec.model_passes), None
+        )
+        for spec in (p for p in wanted if p.inference == "tiled"):
+            blended = self._blend(spec, frames, focals)
             for i, read in enumerate(group):
-                if masked and name == boxes_from:
-                    masks[i] = _foreground(name, blended[i])
-                if name in self.spec.passes:
-                    self._finish(read, name, blended[i], finished[i])
+                if masked and spec.name == boxes_from:
+                    masks[i] = _foreground(spec, blended[i])
+                for derived in pass_table.derived_from(spec.name):  # from the same output,
+                    if derived.name in self.spec.passes:  # before it is finished
+                        self._finish(read, derived, blended[i], finished[i])
+                if spec.name in self.spec.passes:
+                    self._finish(read, spec, blended[i], finished[i])
             del blended
-        if depth is not None:
+        for spec, values in later:
             for i, read in enumerate(group):
-                self._finish(read, "depth", depth[i], finished[i], masks[i])
-            del depth
+                self._finish(read, spec, values[i], finished[i], masks[i])
+        del later
+        posed = any(p.inference == "per_person" for p in wanted)
+        written_pose = any(
+            pass_table.BY_NAME[n].inference == "per_person" for n in self.spec.passes
+        )
         results = []
         for i, read in enumerate(group):
-            people = self._pose(read, frames[i], masks[i]) if "pose" in wanted else []
-            if self.spec.previews and "pose" in self.spec.passes:
+            people = self._pose(read, frames[i], masks[i]) if posed else []
+            if self.spec.previews and written_pose:
                 finished[i][PREVIEW_PREFIX + "plate"] = preview_sized(frames[i], _preview_hw(read))
             results.append(InferredFrame(read, HostTransfer(finished[i]), people, focals[i]))
         share = (time.perf_counter() - t0) / len(group)
@@ -113,9 +123,10 @@ class FrameInference:
         return desqueeze(rgb, aspect) if abs(aspect - 1.0) > 1e-6 else rgb
 
     def _blend(
-        self, name: str, frames: Sequence[Tensor], focals: Sequence[float | None]
+        self, spec: pass_table.Pass, frames: Sequence[Tensor], focals: Sequence[float | None]
     ) -> list[Tensor]:
         """One tiled pass of every frame, blended on the device: (C, H, W') each."""
+        name = spec.name
         height, width = frames[0].shape[1:]
         tile_hw = self.spec.tiling.tile_hw(self.predictor.infos[name].input_hw)
         overlap = self.spec.tiling.overlap_for(tile_hw)
@@ -131,7 +142,7 @@ class FrameInference:
             del tiles
             for (i, t), tile_values in zip(batch, values, strict=True):
                 tile = plan.tiles[t]
-                if name == "normal":
+                if spec.values == "unit_vectors":  # camera-space: rotated to the frame's camera
                     focal = focals[i] or default_focal(height, width)
                     rotation = tile_rotation(tile, (height, width), focal)
                     tile_values = rotate_normals(tile_values, rotation)
@@ -146,7 +157,7 @@ class FrameInference:
     def _finish(
         self,
         read: ReadFrame,
-        name: str,
+        spec: pass_table.Pass,
         values: Tensor,
         into: dict[str, Tensor],
         foreground: Tensor | None = None,
@@ -154,7 +165,7 @@ class FrameInference:
         preview_hw = _preview_hw(read) if self.spec.previews else None
         into.update(
             finish_pass(
-                name,
+                spec,
                 values,
                 plate_width=read.plate.width,
                 preview_hw=preview_hw,
@@ -182,9 +193,9 @@ class FrameInference:
         return people
 
 
-def _foreground(name: str, blended: Tensor) -> Tensor:
-    """The person mask pose boxes come from: not background (seg), or alpha (matte), >= 0.5."""
-    if name == "seg":
+def _foreground(spec: pass_table.Pass, blended: Tensor) -> Tensor:
+    """The person mask pose boxes come from: not background (labels), or alpha, >= 0.5."""
+    if spec.values == "labels":
         return (1.0 - blended[BACKGROUND]) >= 0.5
     return blended[0] >= 0.5
 

@@ -1,23 +1,24 @@
 """A frame's blended passes, finished on the model's device into the arrays the files hold.
 
-From the blended passes (channels first, on the desqueezed frame, float32), in torch:
+From the blended passes (channels first, on the desqueezed frame, float32), in torch, by
+the pass's ``values`` in the pass table (``schemas.passes``); the arrays are named by pass:
 
-| pass     | becomes                                         | crosses as                     |
-|----------|-------------------------------------------------|--------------------------------|
-| normal   | re-normalised, squeezed back, re-normalised     | `N` (3, H, W) float16          |
-| pointmap | squeezed back                                   | `P` (3, H, W) float32          |
-| albedo   | squeezed back, channels last (for OpenColorIO)  | `albedo` (H, W, 3) float32     |
-| matte    | squeezed back                                   | `matte` (H, W) float16         |
-| depth    | squeezed back, normalised over the person (v1)  | `relDepth` (H, W) float32      |
-| seg      | squeezed back, labels, Cryptomatte ranks        | `seg.id` (H, W) int32,         |
-|          |                                                 | `labels` (H, W) uint8,         |
-|          |                                                 | `CryptoBodyPart` (12, H, W) f4 |
+| values         | becomes                                            | crosses as            |
+|----------------|----------------------------------------------------|-----------------------|
+| unit_vectors   | re-normalised, squeezed back, re-normalised         | (C, H, W) float16     |
+| points         | squeezed back                                      | (C, H, W) float32     |
+| colour         | squeezed back, channels last (for OpenColorIO)     | (H, W, C) float32     |
+| alpha          | squeezed back                                      | (H, W) float16        |
+| relative_depth | squeezed back, normalised over the person (v1)     | (H, W) float32        |
+| labels         | squeezed back, labels, Cryptomatte ranks           | (H, W) uint8 labels,  |
+|                |                                                    | `<pass>/id` int32,    |
+|                |                                                    | `<pass>/ranks` f4     |
 
 plus, per pass, a preview-sized copy (area-averaged; labels by nearest pixel) and whether
-the pass holds NaN or Inf anywhere. Only these cross to the host (``tasks.host_transfer``), never
-the probabilities or a full-size float copy of a half pass. Albedo is the one pass that needs
-host work after the device's: its way back to scene-linear is an OpenColorIO transform, which
-runs on the CPU only (``tasks.frame_writing``).
+the pass holds NaN or Inf anywhere. Only these cross to the host (``tasks.host_transfer``),
+never the probabilities or a full-size float copy of a half pass. A colour pass is the one
+that needs host work after the device's: its way back to scene-linear is an OpenColorIO
+transform, which runs on the CPU only (``tasks.frame_writing``).
 """
 
 from __future__ import annotations
@@ -28,18 +29,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from storage.exr_writer import CRYPTO_LAYER, REL_DEPTH_LAYER
+from schemas.passes import Pass
 from tasks.anamorphic import resqueeze
 from tasks.normal_rotation import normalize_vectors
 from tasks.seg_outputs import seg_outputs
 
-DENSE_PASSES: tuple[str, ...] = ("normal", "pointmap", "depth", "albedo", "matte", "seg")
 PREVIEW_PREFIX = "preview/"
 NONFINITE_PREFIX = "nonfinite/"
+ID_SUFFIX = "/id"  # a labels pass's class index as the EXR stores it (int32, read as uint32)
+RANKS_SUFFIX = "/ranks"  # a labels pass's Cryptomatte rank planes
 
 
 def finish_pass(
-    name: str,
+    spec: Pass,
     values: Tensor,
     *,
     plate_width: int,
@@ -48,46 +50,50 @@ def finish_pass(
     foreground: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """The final arrays of one pass of one frame, on the device of ``values`` (see the
-    module's table), named by EXR part (``N``, ``P``, ``matte``, ``CryptoBodyPart``,
-    ``seg.id``), ``albedo``, ``labels``, ``preview/<pass>`` (unless ``preview_hw`` is None)
-    and ``nonfinite/<pass>`` (a bool: the pass holds NaN or Inf somewhere).
+    module's table), named ``<pass>`` (and ``<pass>/id``, ``<pass>/ranks`` for labels),
+    ``preview/<pass>`` (unless ``preview_hw`` is None) and ``nonfinite/<pass>`` (a bool:
+    the pass holds NaN or Inf somewhere).
 
-    ``values`` is the blended pass, (C, H, W') on the desqueezed frame (normals are
-    re-normalised in place); ``plate_width`` is the plate's W. ``depth`` needs the person's
-    ``foreground`` (H, W') mask (`relative_depth`).
+    ``values`` is the blended pass, (C, H, W') on the desqueezed frame (unit vectors are
+    re-normalised in place); ``plate_width`` is the plate's W. Relative depth needs the
+    person's ``foreground`` (H, W') mask (`relative_depth`).
     """
-    if name not in DENSE_PASSES:
-        raise ValueError(f"no dense pass {name!r}; known: {', '.join(DENSE_PASSES)}")
+    name, kind = spec.name, spec.values
+    if kind in ("keypoints",):
+        raise ValueError(f"{name} is not a dense pass")
     low, high = torch.aminmax(values)
     out = {NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high))}
-    if name == "depth":
+    if kind == "relative_depth":
         if foreground is None:
             raise ValueError("relative depth is normalised over the person: give its mask")
         depth = relative_depth(values, foreground, plate_width)
-        out[REL_DEPTH_LAYER] = depth
+        out[name] = depth
         if preview_hw is not None:
             out[PREVIEW_PREFIX + name] = preview_sized(depth[None], preview_hw)
         return out
-    if name == "normal":
+    unit = kind == "unit_vectors"
+    if unit:
         values = normalize_vectors(values)
-    if preview_hw is not None and name != "seg":
+    if preview_hw is not None and kind != "labels":
         out[PREVIEW_PREFIX + name] = preview_sized(values, preview_hw)
-    values = resqueeze(values, plate_width, unit_vectors=name == "normal")
-    if name == "normal":
-        out["N"] = values.to(torch.float16)
-    elif name == "pointmap":
-        out["P"] = values.contiguous()
-    elif name == "albedo":
-        out["albedo"] = values.permute(1, 2, 0).contiguous()
-    elif name == "matte":
-        out["matte"] = values[0].to(torch.float16)
-    else:
+    values = resqueeze(values, plate_width, unit_vectors=unit)
+    if unit:
+        out[name] = values.to(torch.float16)
+    elif kind == "points":
+        out[name] = values.contiguous()
+    elif kind == "colour":
+        out[name] = values.permute(1, 2, 0).contiguous()
+    elif kind == "alpha":
+        out[name] = (values[0] if values.shape[0] == 1 else values).to(torch.float16)
+    elif kind == "labels":
         seg = seg_outputs(values, class_names)
-        out[CRYPTO_LAYER] = seg.planes
-        out["seg.id"] = seg.labels
-        out["labels"] = seg.labels.to(torch.uint8)
+        out[name + RANKS_SUFFIX] = seg.planes
+        out[name + ID_SUFFIX] = seg.labels
+        out[name] = seg.labels.to(torch.uint8)
         if preview_hw is not None:
-            out[PREVIEW_PREFIX + "seg"] = _preview_labels(out["labels"], preview_hw)
+            out[PREVIEW_PREFIX + name] = _preview_labels(out[name], preview_hw)
+    else:
+        raise ValueError(f"{name}: no way to finish values of kind {kind!r}")
     return out
 
 

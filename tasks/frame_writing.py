@@ -28,24 +28,17 @@ from typing import Any
 import numpy as np
 
 from sapiens.keypoints import keypoint_colors_for, skeleton_for
+from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, FrameSummary, OutputRecord
 from storage.errors import FrameError, writing
-from storage.exr_writer import (
-    CRYPTO_LAYER,
-    PART_DTYPES,
-    PART_ORDER,
-    PASS_OF_PART,
-    REL_DEPTH_LAYER,
-    part_channels,
-    write_passes_exr,
-)
+from storage.exr_writer import part_channels, write_passes_exr
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
 from storage.zarr_store import KEYPOINTS, ShotStoreWriter
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame
-from tasks.frame_passes import NONFINITE_PREFIX, PREVIEW_PREFIX
+from tasks.frame_passes import ID_SUFFIX, NONFINITE_PREFIX, PREVIEW_PREFIX, RANKS_SUFFIX
 from tasks.frame_reading import failed
 from tasks.frame_records import remove_file, write_frame_record
 from tasks.output_paths import ShotOutputPaths
@@ -98,6 +91,8 @@ class FrameWriter:
         self.storage_options = storage_options or None
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
         self.keypoints = keypoints  # the pose model's
+        self.passes = [pass_table.BY_NAME[name] for name in spec.passes]
+        self.layers = pass_table.exr_layers(spec.passes)
 
     def write(self, frame: InferredFrame) -> FrameSummary:
         """Write every output of the frame; a frame that fails is returned failed, with
@@ -145,11 +140,14 @@ class FrameWriter:
         attempt.retracted = True
         with writing(self.paths.zarr, number), self.zarr_lock:
             self.store.retract(index)  # from here on the store does not claim this frame
-        albedo = None
-        if "albedo" in arrays:  # OpenColorIO runs on the CPU only
-            linear = self.colour.albedo_to_scene_linear(arrays["albedo"], inplace=True)
-            albedo = linear.astype(np.float16)
-        parts, blocks = exr_parts_and_zarr_blocks(arrays, albedo)
+        colour = {  # OpenColorIO runs on the CPU only
+            p.name: self.colour.albedo_to_scene_linear(arrays[p.name], inplace=True).astype(
+                np.float16
+            )
+            for p in self.passes
+            if p.scene_linear and p.name in arrays
+        }
+        parts, blocks = exr_parts_and_zarr_blocks(self.passes, arrays, colour)
         key = summary.cache_key or ""
         records: list[OutputRecord] = []
         if parts:
@@ -158,25 +156,26 @@ class FrameWriter:
                 exr = write_passes_exr(
                     exr_uri,
                     plate,
+                    self.layers,
                     parts,
                     self.provenance,
                     class_names=self.class_names,
                     storage_options=self.storage_options,
-                    albedo_interop_id=self.colour.albedo_interop_id,
+                    scene_linear_id=self.colour.albedo_interop_id,
                 )
             written.append(exr.uri)
-            shapes = self._pass_shapes(plate.height, plate.width)
-            for part in (p for p in PART_ORDER if p in parts):
-                name = PASS_OF_PART[part]
+            for layer in (layer for layer in self.layers if layer.part in parts):
+                spec = pass_table.pass_of_part(layer.part)
                 records.append(
                     OutputRecord(
-                        name, number, "exr", exr.uri, exr.sha256, exr.size,
-                        shapes[name], np.dtype(PART_DTYPES[part]).name, part, key,
+                        spec.name, number, "exr", exr.uri, exr.sha256, exr.size,
+                        self._recorded_shape(spec, plate.height, plate.width), layer.dtype,
+                        layer.part, key,
                     )
                 )  # fmt: skip
         t1 = time.perf_counter()
-        if "pose" in self.spec.passes:
-            blocks["pose"] = frame.people
+        for spec in (p for p in self.passes if p.values == "keypoints"):
+            blocks[spec.name] = frame.people
         for name, block in self.store.prepare_frame(index, blocks).items():
             with writing(self.store.array_uri(name), number), self.zarr_lock:
                 self.store.write_prepared(index, {name: block})
@@ -189,7 +188,7 @@ class FrameWriter:
                 )
             )  # fmt: skip
         t2 = time.perf_counter()
-        if "pose" in self.spec.passes:
+        for spec in (p for p in self.passes if p.side_file == "pose_json"):
             fragments = self.paths.pose_fragments
             with writing(f"{fragments}/{number}", number):
                 fragment = write_pose_fragment(
@@ -198,7 +197,7 @@ class FrameWriter:
             written.append(fragment.uri)
             records.append(
                 OutputRecord(
-                    "pose", number, "pose_json", fragment.uri, fragment.sha256, fragment.size,
+                    spec.name, number, "pose_json", fragment.uri, fragment.sha256, fragment.size,
                     (len(frame.people), self.keypoints, 3), "json", None, key,
                 )
             )  # fmt: skip
@@ -215,16 +214,14 @@ class FrameWriter:
             with writing(record, number):
                 write_frame_record(record, summary, self.context, self.storage_options)
 
-    def _pass_shapes(self, height: int, width: int) -> dict[str, tuple[int, ...]]:
-        """Each pass's shape as the catalog records it (seg: its class probabilities)."""
-        return {
-            "normal": (height, width, 3),
-            "pointmap": (height, width, 3),
-            "albedo": (height, width, 3),
-            "matte": (height, width),
-            "depth": (height, width),
-            "seg": (height, width, len(self.class_names)),
-        }
+    def _recorded_shape(self, spec: pass_table.Pass, height: int, width: int) -> tuple[int, ...]:
+        """A pass's shape as the catalog records it for its EXR: that of its Zarr array's
+        frame (labels: its class probabilities)."""
+        if spec.values == "labels":
+            return (height, width, len(self.class_names))
+        assert spec.zarr is not None
+        sizes = {"H": height, "W": width}
+        return tuple(sizes[d] if isinstance(d, str) else d for d in spec.zarr.trailing)
 
     def _previews(
         self, frame: InferredFrame, arrays: dict[str, np.ndarray], key: str, written: list[str]
@@ -232,17 +229,18 @@ class FrameWriter:
         """Previews from the preview-sized arrays the device made (square pixels already)."""
         number = frame.read.number
         images = {}
-        for name in ("normal", "pointmap", "depth", "albedo", "matte", "seg"):
-            small = arrays.get(PREVIEW_PREFIX + name)
-            if small is None:
+        for spec in self.passes:
+            small = arrays.get(PREVIEW_PREFIX + spec.name)
+            if small is None or spec.preview is None or spec.preview == "keypoints":
                 continue
-            if name == "albedo":
+            if spec.scene_linear:
                 small = self.colour.albedo_to_scene_linear(small)
-            images[name] = pass_preview(name, small, palette=self.palette)
-        if "pose" in self.spec.passes and PREVIEW_PREFIX + "plate" in arrays:
+            images[spec.name] = pass_preview(spec.preview, small, palette=self.palette)
+        posed = [p.name for p in self.passes if p.preview == "keypoints"]
+        if posed and PREVIEW_PREFIX + "plate" in arrays:
             plate = frame.read.plate
             skeleton, colours = skeleton_for(self.keypoints)
-            images["pose"] = pose_preview(
+            images[posed[0]] = pose_preview(
                 arrays[PREVIEW_PREFIX + "plate"],
                 frame.people,
                 skeleton,
@@ -266,37 +264,45 @@ class FrameWriter:
 
 
 def exr_parts_and_zarr_blocks(
-    arrays: dict[str, np.ndarray], albedo: np.ndarray | None = None
+    passes: Sequence[pass_table.Pass],
+    arrays: dict[str, np.ndarray],
+    colour: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """A frame's EXR parts (channel planes by part) and Zarr blocks (by pass) from its arrays
-    as the device finished them (``tasks.frame_passes``); ``albedo`` is the albedo in its
-    final form, scene-linear half (H, W, 3), when the frame has one."""
+    as the device finished them (``tasks.frame_passes``); ``colour`` holds each colour pass
+    in its final form, scene-linear half (H, W, 3). Keypoint passes have neither."""
+    colour = colour or {}
     parts: dict[str, dict[str, np.ndarray]] = {}
     blocks: dict[str, np.ndarray] = {}
-    if "N" in arrays:
-        normal = arrays["N"]
-        parts["N"] = {f"N.{axis}": normal[i] for i, axis in enumerate("xyz")}
-        blocks["normal"] = _channels_last(normal)
-    if "P" in arrays:
-        points = arrays["P"]
-        parts["P"] = {f"P.{axis}": points[i] for i, axis in enumerate("xyz")}
-        parts["P"]["depth.Z"] = points[2]  # the same values: one plane serves both
-        blocks["pointmap"] = _channels_last(points)
-    if REL_DEPTH_LAYER in arrays:  # never depth.Z, which is metric
-        parts[REL_DEPTH_LAYER] = {f"{REL_DEPTH_LAYER}.Z": arrays[REL_DEPTH_LAYER]}
-        blocks["depth"] = arrays[REL_DEPTH_LAYER]
-    if albedo is not None:
-        parts["albedo"] = {"albedo": albedo}  # OpenEXR writes albedo.R/G/B from it
-        blocks["albedo"] = albedo
-    if "matte" in arrays:
-        parts["matte"] = {"matte.A": arrays["matte"]}
-        blocks["matte"] = arrays["matte"]
-    if CRYPTO_LAYER in arrays:
-        planes = arrays[CRYPTO_LAYER]
-        names = part_channels(CRYPTO_LAYER, 2 * (len(planes) // 4))
-        parts[CRYPTO_LAYER] = dict(zip(names, planes, strict=True))
-        parts["seg"] = {"seg.id": arrays["seg.id"].view(np.uint32)}
-        blocks["seg"] = arrays["labels"]
+    for spec in passes:
+        name = spec.name
+        if spec.scene_linear:
+            if name not in colour:
+                continue
+            values = colour[name]
+            blocks[name] = values
+            for layer in spec.exr:  # OpenEXR writes <part>.R/G/B from the (H, W, 3) array
+                parts[layer.part] = {layer.part: values}
+            continue
+        if name not in arrays:
+            continue
+        values = arrays[name]
+        for layer in spec.exr:
+            if layer.cryptomatte:
+                planes = arrays[name + RANKS_SUFFIX]
+                names = part_channels(layer, 2 * (len(planes) // 4))
+                parts[layer.part] = dict(zip(names, planes, strict=True))
+            elif layer.class_names:
+                parts[layer.part] = {layer.channels[0]: arrays[name + ID_SUFFIX].view(np.uint32)}
+            elif values.ndim == 2:
+                parts[layer.part] = {layer.channels[0]: values}
+            else:
+                planes = layer.planes or tuple(range(len(layer.channels)))
+                parts[layer.part] = {
+                    c: values[i] for c, i in zip(layer.channels, planes, strict=True)
+                }
+        planar = spec.values != "labels" and values.ndim == 3
+        blocks[name] = _channels_last(values) if planar else values
     return parts, blocks
 
 

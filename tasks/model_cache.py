@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import torch
 
 from sapiens.loading import load_model
-from sapiens.predictor import PASS_TASKS, Predictor
+from sapiens.predictor import Predictor
+from schemas.passes import model_task
 from tasks.checkpoints import CheckpointRef
 
 _LOCK = threading.Lock()
@@ -66,10 +67,13 @@ def get_predictor(
             model_key = (ref.sha256, str(device), str(dtype))
             if model_key not in _MODELS:
                 _MODELS[model_key] = load_model(
-                    ref.path, device, dtype, sha256=ref.sha256, expect_task=PASS_TASKS[name]
+                    ref.path, device, dtype, sha256=ref.sha256, expect_task=model_task(name)
                 )
             models[name] = _MODELS[model_key]
-        predictor = Predictor(models, device=device, dtype=dtype, batch_size=batch_size)
+        tasks = {name: model_task(name) for name in models}
+        predictor = Predictor(
+            models, device=device, dtype=dtype, batch_size=batch_size, expected_tasks=tasks
+        )
         _PREDICTORS[key] = predictor
         return predictor, time.perf_counter() - start
 

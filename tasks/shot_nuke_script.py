@@ -40,7 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-from storage.exr_writer import CRYPTO_LAYER, PART_ORDER, PASS_OF_PART, part_channels
+from schemas import passes as pass_table
+from storage.exr_writer import part_channels
+from storage.layers import ExrLayer as ExrPart
 from storage.nuke_script import (
     KnobValue,
     NukeNode,
@@ -56,7 +58,6 @@ from tasks.output_paths import ShotOutputPaths
 # The EXR writer tags the albedo part colorInteropID "lin_ap1_scene" unless told otherwise:
 # ACEScg, by its name in the ACES OCIO configs (and Nuke's own fn-nuke_cg config).
 DEFAULT_ALBEDO_COLORSPACE = "ACEScg"
-NON_EXR_PASSES = frozenset({"pose"})
 ON_ERROR = "checkerboard"
 
 # Node Graph paths, in Nuke DAG units (y grows downwards). Footprints are generous: a node
@@ -73,21 +74,9 @@ CHAR_WIDTH = 11  # about half an em at note_font_size 20: a backdrop is as wide 
 FONT_SIZE = 20
 _NUKE_CHANNEL = {"r": "red", "g": "green", "b": "blue", "a": "alpha"}
 _NUKE_CHANNEL.update({name: name for name in _NUKE_CHANNEL.values()})
-_COLOURS = {  # backdrop tile colours (0xRRGGBBAA)
+_COLOURS = {  # backdrop tile colours (0xRRGGBBAA): the Reads', then each pass's
     "read": "0x444444ff",
-    "normal": "0x4c5a78ff",
-    "pointmap": "0x4c7068ff",
-    "depth": "0x4c6e7aff",
-    "albedo": "0x7a6a4cff",
-    "matte": "0x5c5c5cff",
-    "seg": "0x6e4c70ff",
-}
-_PASS_NOTES = {
-    "normal": "camera-space unit normals",
-    "pointmap": "camera-space position (m); depth.Z = P.z",
-    "depth": "relative depth (Sapiens v1): 0 near, 1 far on the person, -1 elsewhere; not metric",
-    "matte": "person alpha",
-    "seg": "body parts: Cryptomatte + class index",
+    **{p.name: p.nuke_colour for p in pass_table.PASSES},
 }
 
 
@@ -104,17 +93,32 @@ class ExrLayer:
 def exr_layers(passes: Sequence[str]) -> tuple[ExrLayer, ...]:
     """The Nuke layers the EXR holds for `passes`, in part order (Cryptomatte ranks left out:
     the Cryptomatte node reads those). Raises ValueError for a pass the platform lacks."""
-    known = set(PASS_OF_PART.values()) | NON_EXR_PASSES
-    unknown = sorted(set(passes) - known)
+    known = pass_table.PASS_NAMES
+    unknown = sorted(set(passes) - set(known))
     if unknown:
         raise ValueError(f"unknown passes {unknown}; known passes are {sorted(known)}")
     layers: list[ExrLayer] = []
-    for part in PART_ORDER:
-        if part == CRYPTO_LAYER or PASS_OF_PART[part] not in passes:
+    for spec in pass_table.PASSES:
+        if spec.name not in passes:
             continue
-        for layer, channels in _part_layers(part):
-            layers.append(ExrLayer(part, PASS_OF_PART[part], layer, channels))
+        for part in (part for part in spec.exr if not part.cryptomatte):
+            for layer, channels in _part_layers(part):
+                layers.append(ExrLayer(part.part, spec.name, layer, channels))
     return tuple(layers)
+
+
+def _cryptomatte_layer(passes: Sequence[str]) -> tuple[str, str] | None:
+    """(pass, layer) of the Cryptomatte among `passes`' parts, if there is one."""
+    return next(
+        (
+            (spec.name, part.part)
+            for spec in pass_table.PASSES
+            if spec.name in passes
+            for part in spec.exr
+            if part.cryptomatte
+        ),
+        None,
+    )
 
 
 def build_shot_script(
@@ -140,7 +144,7 @@ def build_shot_script(
         raise ValueError(f"{where}: no frames with outputs, nothing for Nuke to read")
     width, height = _checked_size(where, image_size, data_window, pixel_aspect, fps)
     layers = exr_layers(passes)
-    crypto = PASS_OF_PART[CRYPTO_LAYER] in passes
+    crypto = _cryptomatte_layer(passes)
     if not layers:
         raise ValueError(f"{where}: passes {list(passes)} put nothing in the EXR")
     first, last = min(frames), max(frames)
@@ -154,10 +158,11 @@ def build_shot_script(
     by_layer = {f"Shuffle_{layer.layer}": layer for layer in layers}
     layer_nodes: list[NukeNode] = []
     for pass_name, names in groups:
-        source = "Read_albedo" if pass_name == "albedo" else "Read_data"
+        colour = pass_table.BY_NAME[pass_name].scene_linear
+        source = f"Read_{pass_name}" if colour else "Read_data"
         for name in names:
-            if name == _CRYPTO_NODE:
-                layer_nodes.append(_cryptomatte(positions[name], source))
+            if crypto is not None and name == _CRYPTO_NODE:
+                layer_nodes.append(_cryptomatte(positions[name], source, crypto[1]))
             else:
                 layer_nodes.append(_shuffle(name, by_layer[name], positions[name], source))
 
@@ -229,9 +234,11 @@ def _reads(
     fmt: str,
     colorspace: str,
 ) -> list[NukeNode]:
-    """Read_data (raw) above the first data group, Read_albedo above the albedo Shuffle."""
-    data = [names[0] for pass_name, names in groups if pass_name != "albedo"]
-    albedo = [names[0] for pass_name, names in groups if pass_name == "albedo"]
+    """Read_data (raw) above the first data group, Read_<pass> above a colour pass's Shuffle
+    (albedo: its values are scene-linear colour)."""
+    colour = [p for p, _ in groups if pass_table.BY_NAME[p].scene_linear]
+    data = [names[0] for pass_name, names in groups if pass_name not in colour]
+    albedo = [names[0] for pass_name, names in groups if pass_name in colour]
     reads: list[NukeNode] = []
     data_x = positions[data[0]][0] if data else None
     if data_x is not None:
@@ -241,10 +248,10 @@ def _reads(
         x = positions[albedo[0]][0]
         if data_x is not None and abs(x - data_x) < COLUMN:
             x = data_x + COLUMN
-        label = f"albedo: scene-linear {colorspace}"
+        label = f"{colour[0]}: scene-linear {colorspace}"
         reads.append(
             _read(
-                "Read_albedo",
+                f"Read_{colour[0]}",
                 paths,
                 first,
                 last,
@@ -302,11 +309,11 @@ def _shuffle(name: str, layer: ExrLayer, position: tuple[int, int], source: str)
     return NukeNode("Shuffle", name, knobs, inputs=(source,))
 
 
-def _cryptomatte(position: tuple[int, int], source: str) -> NukeNode:
+def _cryptomatte(position: tuple[int, int], source: str, layer: str) -> NukeNode:
     knobs: dict[str, KnobValue] = {
-        "cryptoLayer": CRYPTO_LAYER,
+        "cryptoLayer": layer,
         "cryptoLayerLock": True,
-        "label": tcl_literal(f"{CRYPTO_LAYER}: pick body parts"),
+        "label": tcl_literal(f"{layer}: pick body parts"),
         "xpos": position[0],
         "ypos": position[1],
     }
@@ -335,15 +342,17 @@ def _backdrop(
 
 
 # -- layout and helpers ----------------------------------------------------------------------
-def _groups(layers: Sequence[ExrLayer], crypto: bool) -> list[tuple[str, list[str]]]:
-    """Node names per pass, in part order; the Cryptomatte node joins the seg group."""
+def _groups(
+    layers: Sequence[ExrLayer], crypto: tuple[str, str] | None
+) -> list[tuple[str, list[str]]]:
+    """Node names per pass, in the pass table's order; the Cryptomatte node joins the group
+    of its pass (seg)."""
     groups: dict[str, list[str]] = {}
     for layer in layers:
         groups.setdefault(layer.pass_name, []).append(f"Shuffle_{layer.layer}")
-    if crypto:
-        groups.setdefault(PASS_OF_PART[CRYPTO_LAYER], []).insert(0, _CRYPTO_NODE)
-    order = list(dict.fromkeys(PASS_OF_PART[part] for part in PART_ORDER))
-    return [(name, groups[name]) for name in order if name in groups]
+    if crypto is not None:
+        groups.setdefault(crypto[0], []).insert(0, _CRYPTO_NODE)
+    return [(name, groups[name]) for name in pass_table.PASS_NAMES if name in groups]
 
 
 def _positions(
@@ -361,7 +370,8 @@ def _positions(
 
 
 def _group_label(pass_name: str, colorspace: str) -> str:
-    note = f"scene-linear {colorspace}" if pass_name == "albedo" else _PASS_NOTES[pass_name]
+    spec = pass_table.BY_NAME[pass_name]
+    note = f"scene-linear {colorspace}" if spec.scene_linear else spec.nuke_note
     return f"{pass_name}\n{note}"
 
 
@@ -419,7 +429,7 @@ def _y(node: NukeNode) -> int:
 
 
 @functools.cache
-def _part_layers(part: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _part_layers(part: ExrPart) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(layer, Nuke channels) of an EXR part, asked of the writer (one Cryptomatte layer)."""
     names = part_channels(part, crypto_ranks=1)
     layers: dict[str, list[str]] = {}

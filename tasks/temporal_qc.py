@@ -47,11 +47,12 @@ from typing import Any
 
 import numpy as np
 
+from schemas.passes import PASSES, PERSON_MASK_FROM
 from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
 
-QC_PASSES = ("normal", "pointmap", "depth", "albedo", "matte", "seg")
+QC_PASSES = tuple(p.name for p in PASSES if p.qc is not None)
 PROXY_SIDE = 256
 EPS = 0.002
 MIN_REGION = 0.005  # share of the proxy below which the person region is taken as absent
@@ -199,14 +200,14 @@ def _label_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a != b).astype(np.float32)
 
 
-CHANGE = {
-    "normal": _normal_change,
-    "pointmap": _point_change,
-    "depth": _scalar_change,  # relative: its own per-frame scale shows as change too
-    "albedo": _colour_change,
-    "matte": _scalar_change,
-    "seg": _label_change,
+CHANGE_BY_METRIC = {
+    "angle": _normal_change,
+    "relative_distance": _point_change,
+    "absolute": _scalar_change,
+    "mean_absolute": _colour_change,
+    "labels": _label_change,
 }
+CHANGE = {p.name: CHANGE_BY_METRIC[p.qc] for p in PASSES if p.qc is not None}
 
 
 def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
@@ -228,16 +229,18 @@ def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
 def _proxies(frame: int, luma: np.ndarray, arrays: Mapping[str, np.ndarray]) -> Proxies:
     shape = next(iter(arrays.values())).shape[:2] if arrays else luma.shape
     step = max(1, math.ceil(max(shape) / PROXY_SIDE))
+    labels = {p.name for p in PASSES if p.qc == "labels"}
     small = {
-        name: _labels(a, step) if name == "seg" else _block_mean(a, step)
+        name: _labels(a, step) if name in labels else _block_mean(a, step)
         for name, a in arrays.items()
     }
     person = None
-    if "matte" in small:
-        person = small["matte"] >= 0.5
-    if "seg" in small:
-        labelled = (small["seg"] != BACKGROUND) & (small["seg"] != SEG_FILL)
-        person = labelled if person is None else person | labelled
+    for name in (n for n in PERSON_MASK_FROM[::-1] if n in small):  # alpha, then labels
+        if name in labels:
+            found = (small[name] != BACKGROUND) & (small[name] != SEG_FILL)
+        else:
+            found = small[name] >= 0.5
+        person = found if person is None else person | found
     plate = _block_mean(luma, max(1, math.ceil(max(luma.shape) / PROXY_SIDE)))
     if small:  # an anamorphic plate may be stored at another size: sample it onto the passes'
         shape = next(iter(small.values())).shape[:2]

@@ -29,10 +29,12 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-TILED_PASSES: tuple[str, ...] = ("normal", "albedo", "matte", "seg")
-WHOLE_FRAME_PASSES: tuple[str, ...] = ("pointmap",)
-PADDED_FRAME_PASSES: tuple[str, ...] = ("backbone4k",)
-UNTILED_PASSES: tuple[str, ...] = ("pose",)
+from schemas.passes import PASSES
+
+TILED_PASSES = tuple(p.name for p in PASSES if p.inference == "tiled")
+WHOLE_FRAME_PASSES = tuple(p.name for p in PASSES if p.inference == "whole_frame")
+PADDED_FRAME_PASSES: tuple[str, ...] = ("backbone4k",)  # a bare 4K backbone's features
+UNTILED_PASSES = tuple(p.name for p in PASSES if p.inference == "per_person")
 PASS_NAMES: tuple[str, ...] = (
     TILED_PASSES + WHOLE_FRAME_PASSES + PADDED_FRAME_PASSES + UNTILED_PASSES
 )

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from schemas.passes import BY_NAME
 from tasks.frame_passes import finish_pass
 from tasks.frame_writing import exr_parts_and_zarr_blocks
 
@@ -22,7 +23,7 @@ def finished_arrays(
         tensor = torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32))
         width = tensor.shape[-1]
         finished = finish_pass(
-            name, tensor, plate_width=width, preview_hw=None, class_names=class_names
+            BY_NAME[name], tensor, plate_width=width, preview_hw=None, class_names=class_names
         )
         arrays.update({key: value.numpy() for key, value in finished.items()})
     return arrays
@@ -33,6 +34,6 @@ def exr_parts(
 ) -> dict[str, dict[str, np.ndarray]]:
     """The parts of `passes` (normal, pointmap, albedo, matte, seg as probabilities)."""
     arrays = finished_arrays(passes, class_names)
-    albedo = passes["albedo"].astype(np.float16) if "albedo" in passes else None
-    parts, _ = exr_parts_and_zarr_blocks(arrays, albedo)
+    colour = {n: v.astype(np.float16) for n, v in passes.items() if BY_NAME[n].scene_linear}
+    parts, _ = exr_parts_and_zarr_blocks([BY_NAME[n] for n in passes], arrays, colour)
     return parts

@@ -10,6 +10,7 @@ from typing import Any
 from distributed import Client, LocalCluster
 
 from flows.demo import DEMO_COLORSPACE, write_demo_plate
+from schemas.passes import zarr_arrays
 from schemas.settings import Settings
 
 SMALL = (320, 180)  # w, h: two tiny-model tiles across, one down
@@ -63,7 +64,7 @@ def small_chunk_job(
     w, h = SMALL
     classes = seg_class_names(choice.checkpoints)
     create_shot_store(
-        paths.zarr, frames, h, w, spec.passes, spec.max_people, {}, 8,
+        paths.zarr, frames, h, w, zarr_arrays(spec.passes), spec.max_people, {}, 8,
         keypoints=keypoints, seg_classes=classes,
     )  # fmt: skip
     return ChunkJob(

@@ -120,6 +120,10 @@ def test_an_unknown_pass_is_refused(home, plate):
     assert_refused(result, "unknown pass 'shadow'", "known: normal")
 
 
+def test_a_pass_given_twice_is_refused(home, plate):
+    assert_refused(submit(plate, "--passes", "seg,normal,seg"), "pass 'seg' is given twice")
+
+
 def test_an_unknown_model_size_is_refused(home, plate):
     result = submit(plate, "--model-size", "3b")
     assert_refused(result, "unknown model size '3b'", "tiny")

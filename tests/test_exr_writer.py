@@ -15,9 +15,10 @@ import OpenImageIO as oiio
 import pytest
 import s3fs
 
+from schemas.passes import DEFAULT_PASSES, PASS_NAMES, exr_layers
 from storage import cryptomatte
 from storage.errors import FrameError
-from storage.exr_writer import DEFAULT_CAMERA_AXES, PART_ORDER, write_passes_exr
+from storage.exr_writer import DEFAULT_CAMERA_AXES, write_passes_exr
 from storage.frame import Frame
 from tests.exr_parts import exr_parts
 from tests.test_cryptomatte import BODY_PARTS
@@ -42,7 +43,8 @@ EXPECTED_CHANNELS = {
     "seg": (["seg.id"], np.uint32),
 }
 # the parts of every Sapiens2 pass, in the writer's order (relDepth is Sapiens v1's)
-WRITTEN = [part for part in PART_ORDER if part != "relDepth"]
+LAYERS = exr_layers(PASS_NAMES)
+WRITTEN = [layer.part for layer in exr_layers(DEFAULT_PASSES)]
 OIIO_TYPES = {np.float16: "half", np.float32: "float", np.uint32: "uint"}
 
 
@@ -82,7 +84,9 @@ def passes() -> dict[str, np.ndarray]:
 
 def _write_all(path: Path, plate: Frame, passes: dict[str, np.ndarray], **kw: Any) -> Any:
     parts = exr_parts(passes, BODY_PARTS)
-    return write_passes_exr(str(path), plate, parts, PROVENANCE, class_names=BODY_PARTS, **kw)
+    return write_passes_exr(
+        str(path), plate, LAYERS, parts, PROVENANCE, class_names=BODY_PARTS, **kw
+    )
 
 
 def _parts(passes: dict[str, np.ndarray], *names: str) -> dict[str, dict[str, np.ndarray]]:
@@ -158,7 +162,12 @@ def test_cryptomatte_ids_decode_to_class_names(
 ) -> None:
     path = tmp_path / "crypto.exr"
     write_passes_exr(
-        str(path), plate, _parts(passes, "CryptoBodyPart"), PROVENANCE, class_names=BODY_PARTS
+        str(path),
+        plate,
+        LAYERS,
+        _parts(passes, "CryptoBodyPart"),
+        PROVENANCE,
+        class_names=BODY_PARTS,
     )
     exr = OpenEXR.File(str(path), separate_channels=True)
     assert [part.name() for part in exr.parts] == ["CryptoBodyPart"]
@@ -227,10 +236,10 @@ def test_only_the_parts_given_in_their_order(
     tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
 ) -> None:
     path = tmp_path / "some.exr"
-    write_passes_exr(str(path), plate, _parts(passes, "N"), PROVENANCE)
+    write_passes_exr(str(path), plate, LAYERS, _parts(passes, "N"), PROVENANCE)
     assert [p.name() for p in OpenEXR.File(str(path)).parts] == ["N"]
     write_passes_exr(
-        str(path), plate, _parts(passes, "seg", "P"), PROVENANCE, class_names=BODY_PARTS
+        str(path), plate, LAYERS, _parts(passes, "seg", "P"), PROVENANCE, class_names=BODY_PARTS
     )
     exr = OpenEXR.File(str(path))
     assert [p.name() for p in exr.parts] == ["P", "seg"]
@@ -245,20 +254,22 @@ def test_bad_input_names_file_and_frame(
     normal = _parts(passes, "N")
     short = {"N": {name: plane[1:] for name, plane in normal["N"].items()}}
     with pytest.raises(FrameError, match=r"frame 1001 .*bad\.exr.*\(22, 37\).*\(23, 37\)"):
-        write_passes_exr(path, plate, short, PROVENANCE)
+        write_passes_exr(path, plate, LAYERS, short, PROVENANCE)
     as_float = {"N": {name: plane.astype(np.float32) for name, plane in normal["N"].items()}}
     with pytest.raises(FrameError, match=r"part 'N': N.x is float32, .* float16"):
-        write_passes_exr(path, plate, as_float, PROVENANCE)
+        write_passes_exr(path, plate, LAYERS, as_float, PROVENANCE)
     with pytest.raises(FrameError, match=r"channels \['N.x', 'N.y'\] given"):
-        write_passes_exr(path, plate, {"N": dict(list(normal["N"].items())[:2])}, PROVENANCE)
+        write_passes_exr(
+            path, plate, LAYERS, {"N": dict(list(normal["N"].items())[:2])}, PROVENANCE
+        )
     with pytest.raises(FrameError, match="unknown EXR parts"):
-        write_passes_exr(path, plate, {"normal": normal["N"]}, PROVENANCE)
+        write_passes_exr(path, plate, LAYERS, {"normal": normal["N"]}, PROVENANCE)
     with pytest.raises(FrameError, match="no part"):
-        write_passes_exr(path, plate, {}, PROVENANCE)
+        write_passes_exr(path, plate, LAYERS, {}, PROVENANCE)
     with pytest.raises(FrameError, match="class_names"):
-        write_passes_exr(path, plate, _parts(passes, "seg"), PROVENANCE)
+        write_passes_exr(path, plate, LAYERS, _parts(passes, "seg"), PROVENANCE)
     with pytest.raises(FrameError, match="compression"):
-        write_passes_exr(path, plate, _parts(passes, "matte"), {"compression": "dwaa"})
+        write_passes_exr(path, plate, LAYERS, _parts(passes, "matte"), {"compression": "dwaa"})
     assert not (tmp_path / "bad.exr").exists()
 
 
@@ -267,7 +278,7 @@ def test_camera_axes_can_be_declared(
 ) -> None:
     path = tmp_path / "gl.exr"
     axes = {"sapiens2/cameraAxes": "opengl: +x right, +y up, -z forward"}
-    write_passes_exr(str(path), plate, _parts(passes, "N"), axes)
+    write_passes_exr(str(path), plate, LAYERS, _parts(passes, "N"), axes)
     header = OpenEXR.File(str(path)).parts[0].header
     assert header["sapiens2/cameraAxes"] == axes["sapiens2/cameraAxes"]
 
@@ -278,7 +289,7 @@ def test_timecode_from_openimageio_and_openexr_forms(
     path = tmp_path / "tc.exr"
     for value in ((0x10203012, 0), (10, 20, 30, 12, 0, 0, 0, 0, 0, 0)):
         plate.attributes = {"smpte:TimeCode": value, "FramesPerSecond": (25, 1)}
-        write_passes_exr(str(path), plate, _parts(passes, "matte"), PROVENANCE)
+        write_passes_exr(str(path), plate, LAYERS, _parts(passes, "matte"), PROVENANCE)
         header = OpenEXR.File(str(path)).parts[0].header
         timecode = header["timeCode"]
         assert (timecode.hours, timecode.minutes, timecode.seconds, timecode.frame) == (
@@ -298,6 +309,7 @@ def test_writes_to_s3(
     result = write_passes_exr(
         uri,
         plate,
+        LAYERS,
         exr_parts(passes, BODY_PARTS),
         PROVENANCE,
         class_names=BODY_PARTS,

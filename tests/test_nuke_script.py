@@ -13,6 +13,7 @@ import numpy as np
 import OpenEXR
 import pytest
 
+from schemas.passes import PASS_NAMES, exr_layers
 from storage.exr_writer import write_passes_exr
 from storage.frame import Frame
 from storage.nuke_script import NukeNode, NukeScript, quote, render, tcl_literal
@@ -202,7 +203,9 @@ def test_shuffles_match_the_layers_of_a_real_exr(tmp_path: Path) -> None:
     }
     path = tmp_path / "sh.0001.exr"
     names = ["Background", "Hair", "Face"]
-    write_passes_exr(str(path), plate, exr_parts(passes, names), {}, class_names=names)
+    write_passes_exr(
+        str(path), plate, exr_layers(PASS_NAMES), exr_parts(passes, names), {}, class_names=names
+    )
     channels = [
         name
         for part in OpenEXR.File(str(path), separate_channels=True).parts

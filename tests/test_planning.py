@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flows.shot_plan import shard_groups
+from schemas.passes import zarr_arrays
 from storage.zarr_store import create_shot_store, shard_frames, stored_frames_per_shard
 
 
@@ -40,15 +41,17 @@ def test_small_shards_are_joined_into_chunks_of_the_asked_size():
 
 
 def test_shards_shrink_for_big_frames_only():
-    every = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
+    every = zarr_arrays(("normal", "pointmap", "albedo", "matte", "seg", "pose"))
     assert shard_frames(2160, 4096, every, 20, wanted=8) == 1  # pointmap: 106 MB a frame
     assert shard_frames(1080, 1920, every, 20, wanted=8) == 5
     assert shard_frames(180, 320, every, 20, wanted=8) == 8
-    assert shard_frames(1080, 1920, ("seg", "matte"), 20, wanted=8) == 8  # 4 MB a frame
+    assert (
+        shard_frames(1080, 1920, zarr_arrays(("seg", "matte")), 20, wanted=8) == 8
+    )  # 4 MB a frame
 
 
 def test_an_existing_store_keeps_its_shard_size(tmp_path):
     uri = str(tmp_path / "shot.zarr")
     assert stored_frames_per_shard(uri) is None
-    create_shot_store(uri, range(1001, 1011), 8, 8, ("normal",), 2, {}, 8)
+    create_shot_store(uri, range(1001, 1011), 8, 8, zarr_arrays(("normal",)), 2, {}, 8)
     assert stored_frames_per_shard(uri) == 8

@@ -8,10 +8,11 @@ import torch
 
 import sapiens
 from sapiens.preprocess import letterbox, normalize, restore, stretch
+from schemas.passes import PASSES, model_task
 from tests.model_helpers import SMALL_HW, tiny
 
 # every Sapiens2 pass (depth is Sapiens v1's: tests/test_sapiens1_models.py)
-PASS_TASK = {p: t for p, t in sapiens.PASS_TASKS.items() if t is not None and p != "depth"}
+PASS_TASK = {p.name: p.models["sapiens2"] for p in PASSES if "sapiens2" in p.models}
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +70,13 @@ def test_features_pass_pads_instead_of_cropping() -> None:
 
 
 def test_wrong_model_for_a_pass() -> None:
-    with pytest.raises(ValueError, match="pass 'normal' needs a normal model, got seg"):
-        sapiens.Predictor({"normal": tiny("seg")})
-    with pytest.raises(ValueError, match="unknown pass"):
-        sapiens.Predictor({"shadow": tiny("seg")})
-    with pytest.raises(ValueError, match="pass 'depth' needs a depth model, got seg"):
-        sapiens.Predictor({"depth": tiny("seg")})
+    tasks = {p.name: model_task(p.name) for p in PASSES if p.models}
+    with pytest.raises(ValueError, match="'normal' needs a normal model, got seg"):
+        sapiens.Predictor({"normal": tiny("seg")}, expected_tasks=tasks)
+    with pytest.raises(ValueError, match="unknown output"):
+        sapiens.Predictor({"shadow": tiny("seg")}, expected_tasks=tasks)
+    with pytest.raises(ValueError, match="'depth' needs a depth model, got seg"):
+        sapiens.Predictor({"depth": tiny("seg")}, expected_tasks=tasks)
 
 
 def test_nan_tiles_rejected(predictor: sapiens.Predictor) -> None:

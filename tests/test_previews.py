@@ -12,6 +12,7 @@ import pytest
 import s3fs
 from PIL import Image
 
+from schemas.passes import BY_NAME
 from storage.errors import StorageError
 from storage.previews import (
     albedo_rgb,
@@ -74,7 +75,7 @@ def test_written_previews_decode_at_the_right_size(tmp_path: Path, extension: st
         "seg": rng.integers(0, 29, size=(600, 900)),
     }
     for name, data in passes.items():
-        rgb = pass_preview(name, data, palette=PALETTE)
+        rgb = pass_preview(BY_NAME[name].preview, data, palette=PALETTE)
         uri = str(tmp_path / f"{name}.1001.{extension}")
         result = write_image(uri, rgb)
         image = Image.open(uri)

@@ -22,6 +22,7 @@ import pytest
 from flows.planning import plan_shot
 from flows.shot_runner import ShotResult, run_planned_shot
 from schemas.catalog import open_catalog, queries
+from schemas.passes import zarr_arrays
 from schemas.spec import parse_spec
 from storage.checksum import sha256_file
 from storage.zarr_store import create_shot_store, open_shot_store
@@ -81,7 +82,15 @@ def _every_frame_stored(zarr_uri: str) -> bool:
         (
             "the Zarr store recreated empty",
             lambda paths: create_shot_store(
-                paths.zarr, FRAMES, 180, 320, ["normal", "seg"], 20, {}, 2, overwrite=True
+                paths.zarr,
+                FRAMES,
+                180,
+                320,
+                zarr_arrays(["normal", "seg"]),
+                20,
+                {},
+                2,
+                overwrite=True,
             ),
             FRAMES,
         ),

@@ -207,7 +207,7 @@ def test_equal_frames_give_equal_plans_and_batch_keys():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"pass_name": "depth"}, "unknown pass"),
+        ({"pass_name": "bogus"}, "unknown pass"),
         ({"height": 0}, "empty frame"),
         ({"overlap": 768}, "overlap"),
         ({"overlap": -1}, "overlap"),

@@ -11,6 +11,7 @@ import pytest
 import zarr
 
 from sapiens.seg_classes import SEG_CLASSES, V1_SEG_CLASSES
+from schemas.passes import zarr_arrays
 from storage.errors import FrameError, StorageError
 from storage.zarr_store import (
     KEYPOINTS,
@@ -37,7 +38,7 @@ def _create(uri: str, passes: list[str] = ALL_PASSES, options: Any = None, **kw:
         FRAMES,
         HEIGHT,
         WIDTH,
-        passes,
+        zarr_arrays(passes),
         PEOPLE,
         PROVENANCE,
         frames_per_shard=3,

@@ -47,7 +47,6 @@ JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 JOB_STATUSES = ("queued", "running", "complete", "partial", "failed")
 FRAME_STATUSES = ("done", "failed", "skipped")
-OUTPUT_KINDS = ("exr", "zarr", "preview", "pose_json")
 
 # Named constraints keep later (batch) migrations on SQLite possible.
 NAMING_CONVENTION = {
@@ -226,7 +225,7 @@ class Output(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     pass_name: Mapped[str] = mapped_column(String(32))
     frame: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(16))  # see OUTPUT_KINDS
+    kind: Mapped[str] = mapped_column(String(16))  # schemas.passes.OUTPUT_KINDS
     uri: Mapped[str] = mapped_column(String(2048))
     part: Mapped[str] = mapped_column(String(128), default="")  # '' = no part, never NULL
     sha256: Mapped[str] = mapped_column(String(64))

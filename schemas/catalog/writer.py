@@ -55,15 +55,15 @@ from schemas.catalog.queries.by_shot import with_shot
 from schemas.catalog.queries.jobs import job as read_job
 from schemas.catalog.queries.paging import reading
 from schemas.catalog.uris import normalise_uri
+from schemas.passes import OUTPUT_KINDS, PASSES, checkpoint_inputs
 from storage.retry import RetriesExhausted, RetryPolicy, with_retries
 
 if TYPE_CHECKING:
     from schemas.spec import ShotSpec
     from schemas.summaries import ChunkSummary, PlateInfo
 
-# Passes whose checkpoints an output depends on besides its own: pose finds people with the
-# seg or matte model. Conservative: a new seg *or* matte checkpoint invalidates pose outputs.
-PASS_INPUTS: dict[str, tuple[str, ...]] = {"pose": ("seg", "matte")}
+# The passes whose checkpoints an output depends on (`schemas.passes.checkpoint_inputs`).
+PASS_INPUTS = {p.name: checkpoint_inputs(p.name) for p in PASSES}
 FINAL_STATUSES = ("complete", "partial", "failed")
 
 
@@ -470,7 +470,7 @@ class Catalog:
         sequence: str,
         shot: str,
         uri_prefix: str = "",
-        kinds: tuple[str, ...] = m.OUTPUT_KINDS,
+        kinds: tuple[str, ...] = OUTPUT_KINDS,
     ) -> dict[tuple[int, str, str], dict[str, Any]]:
         """(frame, kind, pass) -> the newest output row (uri, size_bytes, sha256, cache_key)
         under ``uri_prefix`` (one element's and version's folder, when given)."""
@@ -747,7 +747,7 @@ def _upsert_outputs(
     links = []
     for row in rows:
         output_id = ids[tuple(row[key] for key in _OUTPUT_KEY)]
-        passes = (row["pass_name"], *PASS_INPUTS.get(row["pass_name"], ()))
+        passes = PASS_INPUTS.get(row["pass_name"], (row["pass_name"],))
         used = {checkpoint_ids[p] for p in passes if p in checkpoint_ids}
         links += [{"output_id": output_id, "checkpoint_id": c} for c in sorted(used)]
     conn.execute(
@@ -800,8 +800,8 @@ def _check_chunk(chunk: ChunkSummary) -> None:
         if f.status not in ("done", "failed"):
             raise ValueError(f"frame {f.frame}: unknown status {f.status!r} (done or failed)")
         for out in f.outputs:
-            if out.kind not in m.OUTPUT_KINDS:
+            if out.kind not in OUTPUT_KINDS:
                 raise ValueError(
                     f"frame {f.frame} pass {out.pass_name}: unknown output kind {out.kind!r}; "
-                    f"known: {', '.join(m.OUTPUT_KINDS)}"
+                    f"known: {', '.join(OUTPUT_KINDS)}"
                 )

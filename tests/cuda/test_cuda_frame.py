@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 import sapiens
-from sapiens.predictor import PASS_TASKS
 from sapiens.seg_classes import SEG_CLASSES
+from schemas.passes import model_task
 from tasks.frame_inference import FrameInference
 from tests.cuda import CUDA
 from tests.frame_helpers import frame_spec, read_frame
@@ -40,7 +40,7 @@ TIE = 1e-5
 
 
 def _models() -> dict[str, torch.nn.Module]:
-    return {name: tiny(PASS_TASKS[name], seed=i) for i, name in enumerate(PASSES, 1)}
+    return {name: tiny(model_task(name), seed=i) for i, name in enumerate(PASSES, 1)}
 
 
 class Recording:
@@ -94,14 +94,14 @@ def _assert_same_frame(cpu: Mapping[str, np.ndarray], gpu: Mapping[str, np.ndarr
     assert sorted(cpu) == sorted(gpu)
     for key in cpu:  # the EXR types: every array of the same type and shape
         assert (gpu[key].dtype, gpu[key].shape) == (cpu[key].dtype, cpu[key].shape), key
-    ranks = _near_ties(cpu["CryptoBodyPart"])
+    ranks = _near_ties(cpu["seg/ranks"])
     ties = ranks[0]  # the label: the first rank
     assert ties.mean() < 0.01  # a check that excuses most pixels would check nothing
     for key, want in cpu.items():
         got = gpu[key]
-        if key in ("seg.id", "labels"):
+        if key in ("seg/id", "seg"):
             assert np.array_equal(got[~ties], want[~ties]), key
-        elif key == "CryptoBodyPart":
+        elif key == "seg/ranks":
             assert np.array_equal(got[0::2][~ranks], want[0::2][~ranks])
             np.testing.assert_allclose(got[1::2], want[1::2], rtol=0, atol=TIE)
         elif key == "preview/seg":  # labels picked at preview size: ties may show there

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 import sapiens
-from sapiens.predictor import PASS_TASKS
 from sapiens.seg_classes import SEG_CLASSES
+from schemas.passes import model_task
 from tasks.frame_inference import FrameInference
 from tests.cuda import CUDA
 from tests.frame_helpers import frame_spec, read_frame
@@ -36,7 +36,7 @@ def _timed_event() -> torch.cuda.Event:
 
 
 def test_the_copy_of_one_frame_runs_beside_the_compute_of_the_next():
-    models = {name: tiny(PASS_TASKS[name], seed=i) for i, name in enumerate(PASSES, 1)}
+    models = {name: tiny(model_task(name), seed=i) for i, name in enumerate(PASSES, 1)}
     predictor = sapiens.Predictor(models, device="cuda", batch_size=8)
     spec = frame_spec(PASSES, batch_size=8, previews=False)
     inference = FrameInference(spec, predictor, SEG_CLASSES)

@@ -1,0 +1,370 @@
+"""The pass table: every pass the platform makes, declared once.
+
+A pass is a frozen ``Pass`` value: what it is, which model families make it (and with which
+checkpoint task), how it is inferred, how the model's device finishes it, what it writes
+(EXR layers, a Zarr array, a preview, a side file), whether its values are colour, how
+temporal QC measures its change and how the Nuke script presents it. Everything else
+derives from ``PASSES``: the CLI's and the API's pass lists, defaults and help, the spec's
+validation, tiling, the device stage, the EXR and Zarr layouts, previews, QC, the Nuke
+script and the outputs a finished frame has. ``docs/architecture.md`` says how to add one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from storage.layers import ExrLayer, PreviewKind, ZarrArray
+
+# How a pass is inferred: on overlapping tiles of the frame; on the whole frame, letterboxed
+# to the model's input; per person box (top-down); or from another pass's model output.
+Inference = Literal["tiled", "whole_frame", "per_person", "from_seg"]
+# How the model's device finishes a pass into the arrays its files hold (tasks.frame_passes).
+Values = Literal[
+    "unit_vectors", "points", "relative_depth", "colour", "alpha", "labels", "keypoints",
+    "class_groups",
+]  # fmt: skip
+# How temporal QC measures the change of a pass between neighbouring frames.
+QcMetric = Literal["angle", "relative_distance", "absolute", "mean_absolute", "labels"]
+OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
+OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
+FAMILIES: tuple[str, ...] = ("sapiens2", "sapiens1")
+_HW = ("frame", "y", "x")
+_HWC = ("frame", "y", "x", "c")
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass. ``models``: family -> the task of the checkpoint that makes it (empty: made
+    from another pass's model, ``inference`` says which). ``needs``: other passes that must
+    run with it, any one of them (the first is run, not written, when none was asked for).
+    ``person_mask``: its output tells where the person is (for pose boxes and relative
+    depth); the first such pass asked for is used."""
+
+    name: str
+    description: str
+    models: Mapping[str, str]
+    inference: Inference
+    values: Values
+    exr: tuple[ExrLayer, ...] = ()
+    zarr: ZarrArray | None = None
+    preview: PreviewKind | Literal["keypoints"] | None = None
+    qc: QcMetric | None = None
+    nuke_note: str = ""
+    nuke_colour: str = "0x5c5c5cff"  # the backdrop of its Nuke nodes (0xRRGGBBAA)
+    default: bool = True  # a shot that names no passes gets it
+    needs: tuple[str, ...] = ()
+    person_mask: bool = False
+    side_file: OutputKind | None = None
+    class_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def scene_linear(self) -> bool:
+        """Its values are colour: converted back to the plate's scene-linear space on the
+        host (OpenColorIO) and tagged so in the EXR and the Nuke script."""
+        return any(layer.scene_linear for layer in self.exr)
+
+    def task_for(self, family: str) -> str | None:
+        return self.models.get(family)
+
+
+PASSES: tuple[Pass, ...] = (
+    Pass(
+        "normal",
+        "camera-space unit normals",
+        {"sapiens2": "normal", "sapiens1": "normal"},
+        "tiled",
+        "unit_vectors",
+        exr=(ExrLayer("N", ("N.x", "N.y", "N.z"), "float16", "camera-space unit normals"),),
+        zarr=ZarrArray(
+            "normal",
+            ("H", "W", 3),
+            "float16",
+            _HWC,
+            float("nan"),
+            "camera-space unit normals (OpenCV axes: +x right, +y down, +z forward)",
+        ),
+        preview="vectors",
+        qc="angle",
+        nuke_note="camera-space unit normals",
+        nuke_colour="0x4c5a78ff",
+    ),
+    Pass(
+        "pointmap",
+        "camera-space position in metres (and metric depth)",
+        {"sapiens2": "pointmap"},
+        "whole_frame",
+        "points",
+        exr=(
+            ExrLayer(
+                "P",
+                ("P.x", "P.y", "P.z", "depth.Z"),  # one plane serves both P.z and depth.Z
+                "float32",
+                "camera-space position in metres; depth.Z = P.z (distance along the forward axis)",
+                planes=(0, 1, 2, 2),
+            ),
+        ),
+        zarr=ZarrArray(
+            "pointmap",
+            ("H", "W", 3),
+            "float32",
+            _HWC,
+            float("nan"),
+            "camera-space position in metres; [..., 2] is metric depth",
+        ),
+        preview="inverse_depth",
+        qc="relative_distance",
+        nuke_note="camera-space position (m); depth.Z = P.z",
+        nuke_colour="0x4c7068ff",
+    ),
+    Pass(
+        "depth",
+        "relative depth over the person (Sapiens v1), not metric",
+        {"sapiens1": "depth"},
+        "whole_frame",
+        "relative_depth",
+        exr=(
+            ExrLayer(
+                "relDepth",
+                ("relDepth.Z",),
+                "float32",
+                "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 "
+                "farthest, -1 elsewhere (metric depth is depth.Z in P)",
+            ),
+        ),
+        zarr=ZarrArray(
+            "depth",
+            ("H", "W"),
+            "float32",
+            _HW,
+            float("nan"),
+            "relative depth (Sapiens v1), not metric: over the person 0 nearest to 1 "
+            "farthest, -1 elsewhere",
+        ),
+        preview="relative_depth",
+        qc="absolute",  # relative: its own per-frame scale shows as change too
+        nuke_note="relative depth (Sapiens v1): 0 near, 1 far on the person, -1 elsewhere; "
+        "not metric",
+        nuke_colour="0x4c6e7aff",
+        default=False,
+        needs=("seg", "matte"),
+    ),
+    Pass(
+        "albedo",
+        "scene-linear albedo",
+        {"sapiens2": "albedo"},
+        "tiled",
+        "colour",
+        exr=(
+            ExrLayer(
+                "albedo",
+                ("albedo.R", "albedo.G", "albedo.B"),
+                "float16",
+                "scene-linear albedo",
+                scene_linear=True,
+            ),
+        ),
+        zarr=ZarrArray(
+            "albedo",
+            ("H", "W", 3),
+            "float16",
+            _HWC,
+            float("nan"),
+            "scene-linear albedo in the plate's working space",
+        ),
+        preview="colour",
+        qc="mean_absolute",
+        nuke_note="scene-linear",
+        nuke_colour="0x7a6a4cff",
+    ),
+    Pass(
+        "matte",
+        "person alpha",
+        {"sapiens2": "matting"},
+        "tiled",
+        "alpha",
+        exr=(ExrLayer("matte", ("matte.A",), "float16", "person alpha"),),
+        zarr=ZarrArray("matte", ("H", "W"), "float16", _HW, float("nan"), "person alpha"),
+        preview="alpha",
+        qc="absolute",
+        nuke_note="person alpha",
+        person_mask=True,
+    ),
+    Pass(
+        "seg",
+        "body-part segmentation: Cryptomatte and class index",
+        {"sapiens2": "seg", "sapiens1": "seg"},
+        "tiled",
+        "labels",
+        exr=(
+            ExrLayer(
+                "CryptoBodyPart",
+                (),
+                "float32",
+                "Cryptomatte of the body-part classes (coverage = class probability)",
+                cryptomatte=True,
+            ),
+            ExrLayer(
+                "seg",
+                ("seg.id",),
+                "uint32",
+                "body-part class index (argmax of the class probabilities)",
+                class_names=True,
+            ),
+        ),
+        zarr=ZarrArray(
+            "seg",
+            ("H", "W"),
+            "uint8",
+            _HW,
+            255,
+            "body-part class index (names in the class_names attribute: index -> name)",
+            class_names=True,
+        ),
+        preview="labels",
+        qc="labels",
+        nuke_note="body parts: Cryptomatte + class index",
+        nuke_colour="0x6e4c70ff",
+        person_mask=True,
+    ),
+    Pass(
+        "pose",
+        "body keypoints per person (JSON and Zarr)",
+        {"sapiens2": "pose", "sapiens1": "pose"},
+        "per_person",
+        "keypoints",
+        zarr=ZarrArray(
+            "pose",
+            ("P", "K", 3),
+            "float32",
+            ("frame", "person", "keypoint", "xys"),
+            float("nan"),
+            "per person and keypoint: x, y in plate pixels and a score; NaN: no person",
+            keypoints=True,
+        ),
+        preview="keypoints",
+        needs=("seg", "matte"),
+        side_file="pose_json",
+    ),
+)
+
+BY_NAME: Mapping[str, Pass] = {p.name: p for p in PASSES}
+PASS_NAMES: tuple[str, ...] = tuple(BY_NAME)
+DEFAULT_PASSES: tuple[str, ...] = tuple(p.name for p in PASSES if p.default)
+# Where the person mask comes from, first choice first (seg knows the person's parts).
+PERSON_MASK_FROM: tuple[str, ...] = tuple(
+    sorted((p.name for p in PASSES if p.person_mask), key=lambda n: BY_NAME[n].values != "labels")
+)
+
+
+def get(name: str) -> Pass:
+    """The pass named ``name``; KeyError naming the known ones otherwise."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown pass {name!r}; known: {', '.join(PASS_NAMES)}") from None
+
+
+def in_order(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` in the table's order (known passes only)."""
+    wanted = set(names)
+    return tuple(p.name for p in PASSES if p.name in wanted)
+
+
+def families_of(name: str) -> tuple[str, ...]:
+    """The families that make the pass: those of its model, or of the pass it is made from."""
+    spec = BY_NAME[name]
+    if spec.models:
+        return tuple(f for f in FAMILIES if f in spec.models)
+    return families_of(made_from(name))
+
+
+def first_of_kind(names: Sequence[str] | Mapping[str, object], values: Values) -> str | None:
+    """The first of ``names`` (in the table's order) whose values are ``values``: e.g. the
+    pass among a job's that makes keypoints, or class labels."""
+    return next((p.name for p in PASSES if p.name in names and p.values == values), None)
+
+
+def model_task(name: str) -> str:
+    """The task of the checkpoint that makes ``name`` (the same in every family that has it)."""
+    tasks = set(BY_NAME[made_from(name)].models.values())
+    assert len(tasks) == 1, f"{name}: its families' tasks differ: {tasks}"
+    return tasks.pop()
+
+
+def made_from(name: str) -> str:
+    """The pass whose model makes ``name`` (itself, unless it is derived from another)."""
+    spec = BY_NAME[name]
+    return "seg" if spec.inference == "from_seg" else name
+
+
+def model_passes(asked: Sequence[str]) -> tuple[str, ...]:
+    """The passes the models must run for ``asked``: each pass's ``needs`` (the first of them
+    when none is asked for) and the pass a derived pass is made from, in table order."""
+    run = set(asked)
+    for name in asked:
+        needs = BY_NAME[name].needs
+        if needs and not set(needs) & run:
+            run.add(needs[0])
+    run |= {made_from(name) for name in list(run)}
+    return in_order(name for name in run if BY_NAME[name].models)
+
+
+def derived_from(name: str) -> tuple[Pass, ...]:
+    """The passes made from the model output of ``name`` (not by a model of their own)."""
+    return tuple(p for p in PASSES if not p.models and made_from(p.name) == name)
+
+
+def checkpoint_inputs(name: str) -> tuple[str, ...]:
+    """The passes whose checkpoints an output of ``name`` depends on: the model that makes it
+    and those it needs (pose finds people with the seg or matte model). Conservative: a new
+    seg *or* matte checkpoint invalidates pose outputs."""
+    return (made_from(name), *BY_NAME[name].needs)
+
+
+def exr_layers(names: Sequence[str]) -> tuple[ExrLayer, ...]:
+    """The EXR parts of ``names``, in the table's order."""
+    return tuple(layer for p in PASSES if p.name in names for layer in p.exr)
+
+
+def pass_of_part(part: str) -> Pass:
+    return next(p for p in PASSES for layer in p.exr if layer.part == part)
+
+
+def zarr_arrays(names: Sequence[str]) -> tuple[ZarrArray, ...]:
+    """The Zarr arrays of ``names``, in the table's order."""
+    return tuple(p.zarr for p in PASSES if p.name in names and p.zarr is not None)
+
+
+def expected_outputs(names: Sequence[str], previews: bool) -> set[tuple[str, str]]:
+    """(kind, pass) of every output a finished frame of these passes has."""
+    wanted: set[tuple[str, str]] = set()
+    for name in names:
+        spec = BY_NAME[name]
+        if spec.exr:
+            wanted.add(("exr", name))
+        if spec.zarr is not None:
+            wanted.add(("zarr", name))
+        if spec.side_file is not None:
+            wanted.add((spec.side_file, name))
+        if previews and spec.preview is not None:
+            wanted.add(("preview", name))
+    return wanted
+
+
+def describe() -> str:
+    """One line per pass, for help texts: 'name: description (families)'."""
+    return "; ".join(f"{p.name}: {p.description}" for p in PASSES)
+
+
+def family_help() -> str:
+    """Which passes the family choice applies to, for help texts."""
+    both = [p.name for p in PASSES if len(families_of(p.name)) > 1]
+    own = {f: [p.name for p in PASSES if families_of(p.name) == (f,)] for f in FAMILIES}
+    return (
+        f"model family of the passes both families have ({', '.join(both)}); a pass only "
+        f"one family has runs on that one ("
+        + "; ".join(f"{f}: {', '.join(names)}" for f, names in own.items() if names)
+        + ")"
+    )
