@@ -31,6 +31,25 @@ OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 FAMILIES: tuple[str, ...] = ("sapiens2", "sapiens1")
 _HW = ("frame", "y", "x")
+# The soft mattes of `parts`: each the summed probability of its seg classes, by class name
+# (so both families' class lists work; Sapiens v1 has no Eyeglass). Alphabetical, the order
+# OpenEXR keeps a layer's channels in. Face_Neck is one class upstream: face includes the neck.
+PART_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "clothing": (
+        "Apparel", "Upper_Clothing", "Lower_Clothing", "Left_Shoe", "Right_Shoe", "Left_Sock",
+        "Right_Sock",
+    ),
+    "face": (
+        "Face_Neck", "Upper_Lip", "Lower_Lip", "Upper_Teeth", "Lower_Teeth", "Tongue",
+        "Eyeglass",
+    ),
+    "hair": ("Hair",),
+    "skin": (
+        "Face_Neck", "Upper_Lip", "Lower_Lip", "Torso", "Left_Upper_Arm", "Right_Upper_Arm",
+        "Left_Lower_Arm", "Right_Lower_Arm", "Left_Hand", "Right_Hand", "Left_Upper_Leg",
+        "Right_Upper_Leg", "Left_Lower_Leg", "Right_Lower_Leg", "Left_Foot", "Right_Foot",
+    ),
+}  # fmt: skip
 _HWC = ("frame", "y", "x", "c")
 
 
@@ -227,6 +246,35 @@ PASSES: tuple[Pass, ...] = (
         nuke_note="body parts: Cryptomatte + class index",
         nuke_colour="0x6e4c70ff",
         person_mask=True,
+    ),
+    Pass(
+        "parts",
+        "soft body-part mattes from seg: " + ", ".join(PART_GROUPS),
+        {},
+        "from_seg",
+        "class_groups",
+        exr=(
+            ExrLayer(
+                "parts",
+                tuple(f"parts.{group}" for group in PART_GROUPS),
+                "float16",
+                "soft body-part mattes: the summed seg probability of each group's classes",
+            ),
+        ),
+        zarr=ZarrArray(
+            "parts",
+            ("H", "W", len(PART_GROUPS)),
+            "float16",
+            _HWC,
+            float("nan"),
+            f"soft body-part mattes, c: {', '.join(PART_GROUPS)} (summed seg probabilities)",
+        ),
+        preview="alpha",
+        qc="mean_absolute",
+        nuke_note="soft body-part mattes (from seg): " + " ".join(PART_GROUPS),
+        nuke_colour="0x704c5cff",
+        default=False,
+        class_groups=PART_GROUPS,
     ),
     Pass(
         "pose",

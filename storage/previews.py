@@ -45,9 +45,21 @@ def normal_rgb(normal: np.ndarray) -> np.ndarray:
     return _to_uint8((np.asarray(normal, dtype=np.float32) + 1.0) * 0.5)
 
 
+# Tints of the mattes of a several-matte preview, in channel order (then repeating).
+MATTE_TINTS = np.array(
+    [(0.35, 0.55, 1.0), (1.0, 0.35, 0.35), (0.65, 0.4, 0.15), (1.0, 0.8, 0.6), (0.5, 1.0, 0.5)],
+    dtype=np.float32,
+)
+
+
 def matte_rgb(matte: np.ndarray) -> np.ndarray:
-    """Alpha (H, W) as grey."""
-    grey = _to_uint8(np.asarray(matte, dtype=np.float32))
+    """Alpha (H, W) as grey; several mattes (H, W, G) each in its tint, the strongest per
+    pixel shown."""
+    alpha = np.asarray(matte, dtype=np.float32)
+    if alpha.ndim == 3:
+        tints = MATTE_TINTS[np.arange(alpha.shape[-1]) % len(MATTE_TINTS)]
+        return _to_uint8(np.max(alpha[..., None] * tints, axis=2))
+    grey = _to_uint8(alpha)
     return np.repeat(grey[..., None], 3, axis=2)
 
 

@@ -9,6 +9,7 @@ the pass's ``values`` in the pass table (``schemas.passes``); the arrays are nam
 | points         | squeezed back                                      | (C, H, W) float32     |
 | colour         | squeezed back, channels last (for OpenColorIO)     | (H, W, C) float32     |
 | alpha          | squeezed back                                      | (H, W) float16        |
+| class_groups   | groups of class probabilities summed, squeezed back | (G, H, W) float16     |
 | relative_depth | squeezed back, normalised over the person (v1)     | (H, W) float32        |
 | labels         | squeezed back, labels, Cryptomatte ranks           | (H, W) uint8 labels,  |
 |                |                                                    | `<pass>/id` int32,    |
@@ -23,7 +24,7 @@ transform, which runs on the CPU only (``tasks.frame_writing``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,8 @@ def finish_pass(
         if preview_hw is not None:
             out[PREVIEW_PREFIX + name] = preview_sized(depth[None], preview_hw)
         return out
+    if kind == "class_groups":  # from class probabilities: one soft matte per group
+        values = class_groups(values, spec.class_groups, class_names)
     unit = kind == "unit_vectors"
     if unit:
         values = normalize_vectors(values)
@@ -83,7 +86,7 @@ def finish_pass(
         out[name] = values.contiguous()
     elif kind == "colour":
         out[name] = values.permute(1, 2, 0).contiguous()
-    elif kind == "alpha":
+    elif kind in ("alpha", "class_groups"):
         out[name] = (values[0] if values.shape[0] == 1 else values).to(torch.float16)
     elif kind == "labels":
         seg = seg_outputs(values, class_names)
@@ -95,6 +98,22 @@ def finish_pass(
     else:
         raise ValueError(f"{name}: no way to finish values of kind {kind!r}")
     return out
+
+
+def class_groups(
+    probabilities: Tensor, groups: Mapping[str, Sequence[str]], class_names: Sequence[str]
+) -> Tensor:
+    """(G, H, W) soft mattes from (C, H, W) class probabilities: each group's classes summed
+    (by name: a class the model lacks counts as 0), clamped to [0, 1]."""
+    index = {name: i for i, name in enumerate(class_names)}
+    mattes = torch.zeros(
+        (len(groups), *probabilities.shape[1:]), dtype=torch.float32, device=probabilities.device
+    )
+    for g, classes in enumerate(groups.values()):
+        for name in classes:
+            if name in index:
+                mattes[g] += probabilities[index[name]]
+    return mattes.clamp_(0.0, 1.0)
 
 
 def relative_depth(raw: Tensor, foreground: Tensor, plate_width: int) -> Tensor:

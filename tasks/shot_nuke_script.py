@@ -300,6 +300,9 @@ def _shuffle(name: str, layer: ExrLayer, position: tuple[int, int], source: str)
     if len(layer.channels) == 1:
         routing = {"red": "red", "green": "red", "blue": "red", "alpha": "red"}
         target = "rgba"
+    elif len(layer.channels) == 4:  # four mattes (parts): each to its own channel
+        routing = {"red": "red", "green": "green", "blue": "blue", "alpha": "alpha"}
+        target = "rgba"
     else:
         routing = {"red": "red", "green": "green", "blue": "blue", "alpha": "black"}
         target = "rgb"

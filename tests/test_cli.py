@@ -124,6 +124,13 @@ def test_a_pass_given_twice_is_refused(home, plate):
     assert_refused(submit(plate, "--passes", "seg,normal,seg"), "pass 'seg' is given twice")
 
 
+def test_a_checkpoint_for_a_pass_made_from_another_is_refused(home, plate, tmp_path):
+    weights = tmp_path / "parts.safetensors"
+    weights.write_bytes(b"{}")
+    result = submit(plate, "--passes", "parts", "--checkpoint", f"parts={weights}")
+    assert_refused(result, "parts has no checkpoint of its own", "seg=FILE")
+
+
 def test_an_unknown_model_size_is_refused(home, plate):
     result = submit(plate, "--model-size", "3b")
     assert_refused(result, "unknown model size '3b'", "tiny")

@@ -369,3 +369,13 @@ def test_layout_names_the_script() -> None:
     assert (
         paths.nuke_script == "/out/abc/sq010/sh020/bg01/sapiens2_v001/sh020_bg01_sapiens2_v001.nk"
     )
+
+
+def test_the_four_parts_mattes_go_to_rgba_through_the_data_read(tmp_path: Path) -> None:
+    nk = _script(_layout(tmp_path), passes=("parts",))
+    (shuffle,) = nk.of_class("Shuffle")
+    assert shuffle.name == "Shuffle_parts" and shuffle.inputs == ("Read_data",)
+    assert [shuffle.knobs[c] for c in ("red", "green", "blue", "alpha")] == [
+        "red", "green", "blue", "alpha"
+    ]  # fmt: skip
+    assert "parts.clothing parts.face parts.hair parts.skin -> rgba" in shuffle.knobs["label"]

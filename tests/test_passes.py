@@ -1,16 +1,22 @@
-"""The pass table (`schemas.passes`): one declaration per pass, what derives from it and the
-bad input it refuses."""
+"""The pass table (`schemas.passes`): one declaration per pass, what derives from it, the bad
+input it refuses, and the `parts` pass it was proved with, through a real chunk."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import numpy as np
+import OpenEXR
 import pytest
+import torch
 
 from schemas import passes as pass_table
 from schemas.spec import SpecError, parse_spec
-from tests.shot_helpers import spec_data
+from storage.zarr_store import read_stored_frame
+from tasks.chunk_worker import process_chunk
+from tasks.frame_passes import class_groups
+from tests.shot_helpers import SMALL, make_plate, small_chunk_job, spec_data
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("sapiens", "storage", "schemas", "tasks", "flows", "api", "cli")
@@ -40,23 +46,32 @@ def test_what_the_models_run_follows_needs_and_sources():
     assert pass_table.model_passes(["pose"]) == ("seg", "pose")  # boxes from a person mask
     assert pass_table.model_passes(["pose", "matte"]) == ("matte", "pose")
     assert pass_table.model_passes(["depth"]) == ("depth", "seg")  # normalised over the person
+    assert pass_table.model_passes(["parts"]) == ("seg",)  # made from seg's output
+    assert pass_table.derived_from("seg") == (pass_table.BY_NAME["parts"],)
+    assert pass_table.families_of("parts") == pass_table.families_of("seg")
+    assert pass_table.checkpoint_inputs("parts") == ("seg",)
     assert pass_table.checkpoint_inputs("pose") == ("pose", "seg", "matte")
 
 
 def test_the_exr_parts_keep_their_order_and_every_pass_has_its_outputs():
     parts = [layer.part for layer in pass_table.exr_layers(pass_table.PASS_NAMES)]
-    assert parts == ["N", "P", "relDepth", "albedo", "matte", "CryptoBodyPart", "seg"]
-    assert pass_table.expected_outputs(["seg", "pose"], previews=True) == {
-        ("exr", "seg"), ("zarr", "seg"), ("preview", "seg"),
+    assert parts == ["N", "P", "relDepth", "albedo", "matte", "CryptoBodyPart", "seg", "parts"]
+    assert pass_table.expected_outputs(["parts", "pose"], previews=True) == {
+        ("exr", "parts"), ("zarr", "parts"), ("preview", "parts"),
         ("zarr", "pose"), ("pose_json", "pose"), ("preview", "pose"),
     }  # fmt: skip
+    assert "parts" not in pass_table.DEFAULT_PASSES  # the demo's outputs stay as they were
 
 
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
         ({"passes": "normal,shadow"}, ("unknown pass 'shadow'", "known: normal")),
-        ({"passes": "seg,normal,seg"}, ("pass 'seg' is given twice",)),
+        ({"passes": "parts,normal,parts"}, ("pass 'parts' is given twice",)),
+        (
+            {"passes": "parts", "checkpoints": {"parts": "/ckpt/x.safetensors"}},
+            ("parts has no checkpoint of its own", "seg=FILE"),
+        ),
     ],
 )
 def test_bad_pass_input_is_refused_naming_the_pass(tmp_path, extra, words):
@@ -64,3 +79,43 @@ def test_bad_pass_input_is_refused_naming_the_pass(tmp_path, extra, words):
         parse_spec(spec_data("/plates/p.####.exr", tmp_path, **extra))
     for word in words:
         assert word in str(caught.value), str(caught.value)
+
+
+def test_class_groups_sum_the_probabilities_of_their_classes_by_name():
+    names = ["Background", "Hair", "Face_Neck", "Torso", "Tongue"]
+    probabilities = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15]).reshape(5, 1, 1).repeat(1, 2, 3)
+    groups = {"face": ("Face_Neck", "Tongue", "Eyeglass"), "hair": ("Hair",), "none": ("X",)}
+    mattes = class_groups(probabilities, groups, names)
+    assert mattes.shape == (3, 2, 3)
+    torch.testing.assert_close(mattes[:, 0, 0], torch.tensor([0.45, 0.2, 0.0]))
+
+
+@pytest.fixture(scope="module")
+def parts_chunk(tmp_path_factory):
+    root = tmp_path_factory.mktemp("parts")
+    pattern = make_plate(root / "plates", frames=2)
+    spec = parse_spec(spec_data(pattern, root / "out", model_size="tiny", passes="parts,matte"))
+    job = small_chunk_job(root, pattern, spec, (1001, 1002))
+    return job, process_chunk(job)
+
+
+def test_parts_runs_seg_without_writing_it(parts_chunk):
+    job, summary = parts_chunk
+    assert [f.status for f in summary.frames] == ["done", "done"]
+    assert {o.pass_name for f in summary.frames for o in f.outputs} == {"parts", "matte"}
+    with OpenEXR.File(job.paths.exr(1001), separate_channels=True) as exr:
+        assert [part.name() for part in exr.parts] == ["matte", "parts"]
+        channels = exr.parts[1].channels
+        assert sorted(channels) == [f"parts.{g}" for g in sorted(pass_table.PART_GROUPS)]
+        for channel in channels.values():
+            assert channel.pixels.dtype == np.float16
+            assert channel.pixels.shape == (SMALL[1], SMALL[0])
+            assert np.all((channel.pixels >= 0) & (channel.pixels <= 1))
+    stored = read_stored_frame(job.paths.zarr, 0, ["parts"])["parts"]  # frame 1001
+    assert stored.shape == (SMALL[1], SMALL[0], len(pass_table.PART_GROUPS))
+    with OpenEXR.File(job.paths.exr(1001), separate_channels=True) as exr:
+        for c, group in enumerate(pass_table.PART_GROUPS):
+            exr_plane = exr.parts[1].channels[f"parts.{group}"].pixels
+            np.testing.assert_array_equal(stored[..., c], exr_plane)  # the same values
+    previews = [o for f in summary.frames for o in f.outputs if o.kind == "preview"]
+    assert {o.pass_name for o in previews} == {"parts", "matte"}
