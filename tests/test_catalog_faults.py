@@ -28,7 +28,7 @@ from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog, queries
 from schemas.catalog.errors import CatalogDamaged, CatalogUnavailable, JobConflict
 from schemas.catalog.models import JobFrame, Output
-from schemas.catalog.writer import is_transient
+from schemas.catalog.transactions import is_transient
 from schemas.spec import parse_spec
 from storage.retry import RetryPolicy
 from tests.pg_server import PgServer
