@@ -1,6 +1,6 @@
 """`svfx submit-edit`: one shot per clip of an editorial cut (OTIO, CMX3600 EDL, FCP 7 XML).
-Reading and planning the cut is `flows.edit_cuts`; here are the table, the prompt and the exit
-code."""
+Reading the cut is `flows.edit_cuts`, planning it `flows.cut_planning`; here are the table, the
+prompt and the exit code."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from flows.edit_cuts import (
-    DEFAULT_PLATE_TEMPLATE,
-    DEFAULT_SHOT_TEMPLATE,
-    CutError,
-    CutOptions,
-    CutPlan,
-    load_cut,
-    plan_cut,
-)
+from flows.cut_planning import CutPlan, plan_cut
+from flows.cut_templates import DEFAULT_PLATE_TEMPLATE, DEFAULT_SHOT_TEMPLATE
+from flows.edit_cuts import CutError, CutOptions, load_cut
 from flows.orchestrator import OrchestratorError, prefect_api
 from flows.plate_template import TemplateError
 from schemas.settings import Settings
