@@ -35,7 +35,8 @@ from .planning import plan_shot
 from .progress import Progress, listening
 from .refusals import REFUSALS, refusal
 from .shot_plan import ShotPlan
-from .shot_runner import ShotResult, run_planned_shot
+from .shot_result import ShotResult
+from .shot_runner import run_planned_shot
 
 
 @task(name="plan-shot", cache_policy=None)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from flows import shot_runner
+from flows import job_recording
 from flows.planning import plan_shot
 from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog, queries
@@ -61,7 +61,7 @@ def home(tmp_path, monkeypatch):
 def quick_during_shot(monkeypatch):
     """Keep chunk summaries for later after half a second (instead of 10 s)."""
     policy = RetryPolicy(attempts=1000, first_wait_s=0.1, max_wait_s=0.2, deadline_s=0.5)
-    monkeypatch.setattr(shot_runner, "DURING_SHOT_RETRY", policy)
+    monkeypatch.setattr(job_recording, "DURING_SHOT_RETRY", policy)
 
 
 def _plan(home: Path, settings):
