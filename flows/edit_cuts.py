@@ -46,6 +46,8 @@ from typing import Any
 
 import opentimelineio as otio
 
+from core.errors import SvfxError
+
 from .cut_media import clip_media, frame_range, record_timecodes
 from .cut_templates import (
     CLIP_FIELDS,
@@ -59,7 +61,7 @@ from .cut_templates import (
 FORMATS = {".otio": "otio_json", ".otioz": "otioz", ".edl": "cmx_3600", ".xml": "fcp_xml"}
 
 
-class CutError(ValueError):
+class CutError(SvfxError, ValueError):
     """A cut that cannot be read at all; the message names the file and the reason."""
 
 

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import fileseq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.errors import SvfxError
+
 PassName = Literal["normal", "pointmap", "depth", "albedo", "matte", "seg", "pose"]
 # What a shot gets when it names no passes: every Sapiens2 pass.
 ALL_PASSES: tuple[str, ...] = ("normal", "pointmap", "albedo", "matte", "seg", "pose")
@@ -32,7 +34,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
 
 
-class SpecError(ValueError):
+class SpecError(SvfxError, ValueError):
     """A spec that cannot run; the message lists every problem, one per line."""
 
 

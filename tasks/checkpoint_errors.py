@@ -6,10 +6,11 @@ through `tasks.checkpoints`: choosing (`CheckpointChoiceError`, raised there and
 
 from __future__ import annotations
 
+from core.errors import SvfxError
 from sapiens.errors import CheckpointError
 
 __all__ = ["CheckpointChoiceError", "CheckpointError"]
 
 
-class CheckpointChoiceError(ValueError):
+class CheckpointChoiceError(SvfxError, ValueError):
     """No usable checkpoint for a pass; the message says what was looked for and found."""
