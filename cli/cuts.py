@@ -25,10 +25,10 @@ from .console import (
     JsonOpt,
     err,
     exit_code,
-    fail,
     get_settings,
     interactive,
     print_json,
+    refused,
     refusing,
     table,
 )
@@ -131,7 +131,7 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
     try:
         clips = load_cut(cut, options)
     except (CutError, TemplateError) as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     return refusing(
         lambda: plan_cut(
             clips,
@@ -188,7 +188,7 @@ def _run_cut(
                 spec = shot.spec.model_dump(mode="json")
                 results.append(run_here(spec, dask_address, settings, as_json))
     except OrchestratorError as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     return results
 
 
