@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 from sqlalchemy import Engine
 
+from core.errors import SvfxError
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ NO_ORCHESTRATOR = (
 )
 
 
-class NoOrchestrator(RuntimeError):
+class NoOrchestrator(SvfxError, RuntimeError):
     """Submitting needs a configured Prefect API; the message says what to set."""
 
 

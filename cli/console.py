@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.refusals import REFUSALS
+from core.errors import SvfxError
 from schemas import passes as pass_table
 from schemas.settings import Settings, load_settings
 from schemas.spec import ShotSpec
@@ -79,12 +79,18 @@ def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
     return typer.Exit(code)
 
 
+def refused(exc: SvfxError) -> typer.Exit:
+    """An error the user can act on as one line on stderr; returns the exit it carries."""
+    return fail(exc.message, exc.exit_code)
+
+
 def refusing(step: Callable[[], T]) -> T:
-    """Run a step; a refusal (`flows.refusals`) becomes one line on stderr and exit 2."""
+    """Run a step; a refusal (`core.errors.SvfxError`) becomes one line on stderr and the
+    exit code it carries."""
     try:
         return step()
-    except REFUSALS as exc:
-        raise fail(str(exc)) from None
+    except SvfxError as exc:
+        raise refused(exc) from None
 
 
 def exit_code(refused: bool, results: list[dict[str, Any]]) -> int:

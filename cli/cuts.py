@@ -1,6 +1,6 @@
 """`svfx submit-edit`: one shot per clip of an editorial cut (OTIO, CMX3600 EDL, FCP 7 XML).
-Reading and planning the cut is `flows.edit_cuts`; here are the table, the prompt and the exit
-code."""
+Reading the cut is `flows.edit_cuts`, planning it `flows.cut_planning`; here are the table, the
+prompt and the exit code."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from flows.edit_cuts import (
-    DEFAULT_PLATE_TEMPLATE,
-    DEFAULT_SHOT_TEMPLATE,
-    CutError,
-    CutOptions,
-    CutPlan,
-    load_cut,
-    plan_cut,
-)
+from flows.cut_planning import CutPlan, plan_cut
+from flows.cut_templates import DEFAULT_PLATE_TEMPLATE, DEFAULT_SHOT_TEMPLATE
+from flows.edit_cuts import CutError, CutOptions, load_cut
 from flows.orchestrator import OrchestratorError, prefect_api
 from flows.plate_template import TemplateError
 from schemas.settings import Settings
@@ -33,10 +27,10 @@ from .console import (
     PassesOpt,
     err,
     exit_code,
-    fail,
     get_settings,
     interactive,
     print_json,
+    refused,
     refusing,
     table,
 )
@@ -137,7 +131,7 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
     try:
         clips = load_cut(cut, options)
     except (CutError, TemplateError) as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     return refusing(
         lambda: plan_cut(
             clips,
@@ -194,7 +188,7 @@ def _run_cut(
                 spec = shot.spec.model_dump(mode="json")
                 results.append(run_here(spec, dask_address, settings, as_json))
     except OrchestratorError as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     return results
 
 

@@ -8,11 +8,11 @@ import sys
 import typer
 from rich.markup import escape
 
-from flows.refusals import REFUSALS
+from core.errors import SvfxError
 
 from . import cuts, operations, scan, submit
 from .catalog import catalog_app
-from .console import EXIT_FAILED, err
+from .console import err
 from .models import models_app
 
 # Help texts are plain text: "SHOW[/SEQ[/SHOT]]" must not be read as rich markup.
@@ -38,9 +38,10 @@ app.command()(operations.demo)
 
 def main() -> None:
     """The `svfx` command: the app, with any refusal that escapes a command (a catalog that
-    breaks in the middle of a query, ...) shown as one line and exit 2, not a traceback."""
+    breaks in the middle of a query, ...) shown as one line and its exit code, not a
+    traceback."""
     try:
         app()
-    except REFUSALS as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_FAILED)
+    except SvfxError as exc:
+        err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)

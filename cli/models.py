@@ -19,6 +19,7 @@ from .console import (
     fail,
     get_settings,
     print_json,
+    refused,
     table,
 )
 
@@ -99,7 +100,7 @@ def convert(
     try:
         result = convert_checkpoint(src, dst, force=force)
     except (CheckpointError, StorageError) as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     except OSError as exc:  # e.g. DST's directory cannot be created
         raise fail(f"{dst}: {exc.strerror or exc}") from None
     if as_json:

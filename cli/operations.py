@@ -17,6 +17,7 @@ from .console import (
     fail,
     get_settings,
     interactive,
+    refused,
 )
 from .submit import run_submit
 
@@ -87,7 +88,7 @@ def serve() -> None:
     try:  # a server that is down: one line naming it, before Prefect's retries and traceback
         served_api_url()
     except OrchestratorError as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
     from prefect import serve as prefect_serve
 
     from flows.scheduled import deployments

@@ -8,9 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from flows.orchestrator import OrchestratorError, configured_api_url, prefect_api
-from flows.plate_template import TemplateError
-from flows.refusals import REFUSALS
+from core.errors import SvfxError
+from flows.orchestrator import configured_api_url, prefect_api
 from flows.scan import ScanDefaults, report_lines, scan_with_catalog
 from flows.submission import DeploymentSubmitter, InlineSubmitter, Submitter
 
@@ -24,6 +23,7 @@ from .console import (
     get_settings,
     interactive,
     print_json,
+    refused,
 )
 from .submit import ClusterOpt, require_cluster, run_here
 
@@ -97,8 +97,8 @@ def scan(
                 defaults=defaults,
                 dry_run=dry_run,
             )
-    except (TemplateError, OrchestratorError, *REFUSALS) as exc:
-        raise fail(str(exc)) from None
+    except SvfxError as exc:  # a bad template, no orchestrator, a refused catalog, ...
+        raise refused(exc) from None
     for job in reaped:  # jobs whose flow died: their frames are submitted again
         err.print(
             f"[yellow]job {job['job_id']} closed as {job['status']}[/]: {escape(job['message'])}",

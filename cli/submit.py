@@ -41,6 +41,7 @@ from .console import (
     get_settings,
     interactive,
     print_json,
+    refused,
     refusing,
 )
 
@@ -188,14 +189,14 @@ def require_orchestrator() -> None:
         try:
             check_answers(url, HEALTH_TIMEOUT_S)
         except OrchestratorError as exc:
-            raise fail(str(exc)) from None
+            raise refused(exc) from None
 
 
 def _parsed(data: dict[str, Any]) -> ShotSpec:
     try:
         return parse_spec(absolute_paths(data))
     except SpecError as exc:
-        raise fail(str(exc)) from None
+        raise refused(exc) from None
 
 
 def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
@@ -311,7 +312,7 @@ def _run_flow(
         try:
             return run_shot_here(spec, dask_address, settings, update)
         except OrchestratorError as exc:
-            raise fail(str(exc)) from None
+            raise refused(exc) from None
 
 
 def run_here(

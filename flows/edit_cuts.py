@@ -3,7 +3,8 @@ adapters) becomes one plain record per video clip, and the records become shot s
 
 Value in, value out, like OTIO's own schema objects: ``read_cut`` parses the file,
 ``cut_clips`` turns the parsed cut into frozen ``CutClip`` records (no OTIO object leaves this
-module), ``plan_cut`` turns the records into ``ShotSubmission``s. Nothing here imports
+module and its parts ``cut_templates`` and ``cut_media``), ``flows.cut_planning.plan_cut``
+turns the records into ``ShotSubmission``s. Nothing here imports
 Prefect, Dask or torch; the only I/O is reading the cut and one directory listing per plate
 (``storage.sequences``), so every rule is tested without running a shot.
 
@@ -39,35 +40,28 @@ The rules, decided here and documented in the README:
 from __future__ import annotations
 
 import os
-import re
-import string
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
-import fileseq
 import opentimelineio as otio
 
-from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
-from storage.errors import SequenceError, StorageError
-from storage.sequences import IMAGE_EXTENSIONS, PlateSequence, discover_sequence
+from core.errors import SvfxError
 
-from .plate_template import TemplateError
+from .cut_media import clip_media, frame_range, record_timecodes
+from .cut_templates import (
+    CLIP_FIELDS,
+    DEFAULT_PLATE_TEMPLATE,
+    DEFAULT_SHOT_TEMPLATE,
+    PLATE_FIELDS,
+    fill_template,
+    template_fields,
+)
 
 FORMATS = {".otio": "otio_json", ".otioz": "otioz", ".edl": "cmx_3600", ".xml": "fcp_xml"}
-DEFAULT_SHOT_TEMPLATE = "{clip}"
-DEFAULT_PLATE_TEMPLATE = "{shot}/plate/{shot}_plate.####.exr"
-CLIP_FIELDS = ("clip", "marker", "reel", "index", "track", "show", "seq", "sequence")
-PLATE_FIELDS = (*CLIP_FIELDS, "shot")
-_FRAME_TOKEN = re.compile(r"%0?\d*d")  # printf frame tokens survive URL unquoting
-
-Discover = Callable[[str], PlateSequence]
-ToFrame = Callable[[otio.opentime.RationalTime], int]
 
 
-class CutError(ValueError):
+class CutError(SvfxError, ValueError):
     """A cut that cannot be read at all; the message names the file and the reason."""
 
 
@@ -123,44 +117,6 @@ class CutClip:
         }
 
 
-@dataclass(frozen=True)
-class ShotSubmission:
-    """One shot to submit: the clips that make it from one plate, their frames united."""
-
-    shot: str  # show/seq/shot
-    plate: str
-    frames: str  # fileseq range
-    clips: tuple[str, ...]  # labels of the clips it covers
-    spec: ShotSpec = field(repr=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "shot": self.shot,
-            "plate": self.plate,
-            "frames": self.frames,
-            "clips": list(self.clips),
-        }
-
-
-@dataclass(frozen=True)
-class CutPlan:
-    source: str
-    clips: tuple[CutClip, ...]  # every clip, with every problem found
-    shots: tuple[ShotSubmission, ...]
-
-    @property
-    def refused(self) -> tuple[CutClip, ...]:
-        return tuple(c for c in self.clips if c.problems)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "cut": self.source,
-            "clips": [c.as_dict() for c in self.clips],
-            "shots": [s.as_dict() for s in self.shots],
-            "refused": len(self.refused),
-        }
-
-
 # -- reading ------------------------------------------------------------------------------------
 def read_cut(path: str, rate: float = 24.0) -> Any:
     """The parsed cut (an OTIO Timeline or collection); CutError naming the file and why."""
@@ -198,9 +154,9 @@ def load_cut(path: str, options: CutOptions) -> tuple[CutClip, ...]:
 
 def check_templates(options: CutOptions) -> None:
     """TemplateError for a template naming an unknown field (before any clip is read)."""
-    _fields_of(options.shot_template, CLIP_FIELDS, "--shot-template")
+    template_fields(options.shot_template, CLIP_FIELDS, "--shot-template")
     if options.plates_root:
-        _fields_of(options.plate_template, PLATE_FIELDS, "--plate-template")
+        template_fields(options.plate_template, PLATE_FIELDS, "--plate-template")
 
 
 def cut_clips(
@@ -255,20 +211,22 @@ def _clip_record(
         "sequence": options.seq,
     }
     problems: list[str] = []
-    shot, why = _fill(options.shot_template, fields, markers)
+    shot, why = fill_template(options.shot_template, fields, markers)
     if why:
         problems.append(f"no shot name: {why}")
-    plate, to_frame, why = _media(clip, options, {**fields, "shot": shot}, base_dir)
+    plate, to_frame, why = clip_media(
+        clip, options.plates_root, options.plate_template, {**fields, "shot": shot}, base_dir
+    )
     if why:
         problems.append(why)
-    first, last, why = _frame_range(clip, to_frame, options.handles)
+    first, last, why = frame_range(clip, to_frame, options.handles)
     if why:
         problems.append(why)
     return CutClip(
         index=index,
         name=name,
         track=track.name or "",
-        record=_record(clip, track, offset),
+        record=record_timecodes(clip, track, offset),
         shot=shot,
         first=first,
         last=last,
@@ -283,295 +241,3 @@ def _reel(clip: Any) -> str:
         return str(clip.metadata["cmx_3600"]["reel"] or "")
     except (KeyError, TypeError):
         return ""
-
-
-# -- templates ---------------------------------------------------------------------------------
-_MISSING = {
-    "clip": "the clip has no name",
-    "marker": "the clip has no marker (an EDL * LOC: line) to name its shot",
-    "reel": "the clip has no reel name",
-    "track": "the clip's track has no name",
-    "shot": "the clip has no shot name",
-}
-
-
-def _fields_of(template: str, known: tuple[str, ...], option: str) -> list[str]:
-    try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise TemplateError(f"{option} {template!r} is not a valid template: {exc}") from None
-    unknown = [f"{{{f}}}" for f in names if f not in known]
-    if unknown:
-        raise TemplateError(
-            f"{option} {template!r} names unknown fields {', '.join(unknown)}; "
-            f"known: {', '.join('{' + k + '}' for k in known)}"
-        )
-    return names
-
-
-def _fill(template: str, fields: Mapping[str, Any], markers: tuple[str, ...]) -> tuple[str, str]:
-    """(the filled template, "") or ("", why not) when the clip lacks a field it uses."""
-    for name in _fields_of(template, PLATE_FIELDS, "template"):
-        if fields.get(name) in ("", None):
-            if name == "marker" and len(markers) > 1:
-                listed = ", ".join(markers)
-                return "", f"several markers ({listed}): which names the shot is ambiguous"
-            return "", _MISSING.get(name, f"the clip has no {name}")
-    try:
-        return template.format(**fields).strip(), ""
-    except (ValueError, TypeError) as exc:  # e.g. {clip:03d}
-        return "", f"template {template!r}: {exc}"
-
-
-# -- media and frames --------------------------------------------------------------------------
-def _media(
-    clip: Any, options: CutOptions, fields: Mapping[str, Any], base_dir: str
-) -> tuple[str, ToFrame, str]:
-    """(plate pattern, source time -> plate frame, problem)."""
-    ref = clip.media_reference
-    if options.plates_root:
-        if not fields.get("shot"):
-            return "", _time_frames, ""  # the missing shot name is the problem already said
-        relative, why = _fill(options.plate_template, fields, ())
-        if why:
-            return "", _time_frames, f"no plate: {why}"
-        return os.path.join(options.plates_root, relative), _time_frames, ""
-    if isinstance(ref, otio.schema.ImageSequenceReference):
-        pattern = _local(ref.abstract_target_url(_pad_token(ref.frame_zero_padding)), base_dir)
-        if ref.available_range is None:
-            return pattern, _time_frames, ""
-        return pattern, ref.frame_for_time, ""
-    if not isinstance(ref, otio.schema.ExternalReference) or not ref.target_url:
-        return "", _time_frames, f"no plate: the clip references no image sequence; {_GIVE_ROOT}"
-    found = _as_sequence(_local(ref.target_url, base_dir))
-    if found is None:
-        why = f"no plate: its media {ref.target_url} is not an image sequence; {_GIVE_ROOT}"
-        return "", _time_frames, why
-    pattern, anchor = found
-    available = ref.available_range
-    if anchor is None or available is None:
-        return pattern, _time_frames, ""
-    return pattern, lambda t: anchor + _time_frames(t - available.start_time), ""
-
-
-_GIVE_ROOT = "give --plates-root (and --plate-template)"
-
-
-def _frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None, int | None, str]:
-    try:
-        source = clip.trimmed_range()
-    except Exception:  # no source range and no available range on the media
-        return None, None, "the clip has no source range"
-    try:
-        first = to_frame(source.start_time) - handles
-        last = to_frame(source.end_time_inclusive()) + handles
-    except ValueError:  # frame_for_time: outside the media's available range
-        available = _range_text(clip.media_reference.available_range)
-        why = f"its source range {_range_text(source)} lies outside its media's ({available})"
-        return None, None, why
-    return first, last, ""
-
-
-def _time_frames(time: otio.opentime.RationalTime) -> int:
-    return round(time.value)
-
-
-def _pad_token(padding: int) -> str:
-    """`#` per digit, as the plate patterns write it; `@` (one digit or more) without padding
-    (a lone `#` would mean four digits)."""
-    return "#" * padding if padding >= 2 else "@"
-
-
-def _as_sequence(path: str) -> tuple[str, int | None] | None:
-    """(pattern, the frame the path names) when ``path`` is an image sequence or one frame of
-    one (``plate.1001.exr``, ``plate.####.exr``, ``plate.%04d.exr``); None otherwise."""
-    directory, _, name = path.rpartition("/")
-    try:
-        seq = fileseq.FileSequence(name)
-    except fileseq.ParseException:
-        return None
-    if seq.extension().lower() not in IMAGE_EXTENSIONS or not seq.padding():
-        return None
-    frames = seq.frameSet()
-    if frames is None:
-        return path, None
-    token = _pad_token(seq.zfill())
-    prefix = f"{directory}/" if directory else ""
-    return f"{prefix}{seq.basename()}{token}{seq.extension()}", int(frames.start())
-
-
-def _local(url: str, base_dir: str) -> str:
-    """A path for ``file://`` URLs and relative paths (relative to the cut); s3:// and other
-    URLs unchanged."""
-    parts = urlsplit(url, allow_fragments=False)  # '#' is a frame token here, not a fragment
-    if parts.scheme == "file":
-        tokens = _FRAME_TOKEN.findall(parts.path)
-        path = url2pathname(_FRAME_TOKEN.sub("\0", parts.path))
-        for token in tokens:
-            path = path.replace("\0", token, 1)
-        return path
-    if len(parts.scheme) > 1:
-        return url
-    return os.path.normpath(os.path.join(base_dir, os.path.expanduser(url)))
-
-
-def _record(clip: Any, track: Any, offset: otio.opentime.RationalTime | None) -> str:
-    try:
-        record = clip.transformed_time_range(clip.trimmed_range(), track)
-    except Exception:  # no source range: said as the clip's problem
-        return ""
-    start = record.start_time + offset if offset is not None else record.start_time
-    return f"{_timecode(start)}-{_timecode(start + record.duration)}"
-
-
-def _timecode(time: otio.opentime.RationalTime) -> str:
-    try:
-        return otio.opentime.to_timecode(time, time.rate)
-    except (ValueError, TypeError):  # a rate timecode cannot express
-        return str(round(time.value))
-
-
-def _range_text(time_range: otio.opentime.TimeRange | None) -> str:
-    if time_range is None:
-        return "(none)"
-    start = time_range.start_time
-    return f"{_timecode(start)}-{_timecode(time_range.end_time_exclusive())}"
-
-
-# -- planning ----------------------------------------------------------------------------------
-def plan_cut(
-    clips: Iterable[CutClip],
-    *,
-    show: str,
-    seq: str,
-    submit: Mapping[str, Any],
-    roots: list[str],
-    output_root: str,
-    discover: Discover = discover_sequence,
-    source: str = "",
-) -> CutPlan:
-    """Group the clips into shot submissions, refusing by clip what cannot run.
-
-    ``submit`` holds the ShotSpec fields every shot shares (passes, model_size, output_root,
-    ...). SpecError when those, ``show`` or ``seq`` are themselves invalid (every clip would
-    fail alike); everything else is a problem of the clip it concerns.
-    """
-    clips = tuple(clips)
-    check_shared(show, seq, submit, roots, output_root)
-    problems = {c.index: list(c.problems) for c in clips}
-    specs: dict[int, ShotSpec] = {}
-    for clip in clips:
-        if problems[clip.index]:
-            continue
-        spec, why = _clip_spec(clip, show, seq, submit, roots, output_root)
-        if spec is None:
-            problems[clip.index].append(why)
-        else:
-            specs[clip.index] = spec
-    ready = [c for c in clips if c.index in specs]
-    for index, why in overlapping_shots(ready, specs).items():
-        problems[index].append(why)
-    ready = [c for c in ready if not problems[c.index]]
-    for index, why in frames_missing(ready, discover).items():
-        problems[index].append(why)
-    ready = [c for c in ready if not problems[c.index]]
-    shots = tuple(_submissions(ready, specs))
-    checked = tuple(replace(c, problems=tuple(problems[c.index])) for c in clips)
-    return CutPlan(source=source, clips=checked, shots=shots)
-
-
-def check_shared(
-    show: str, seq: str, submit: Mapping[str, Any], roots: list[str], output_root: str
-) -> None:
-    """SpecError for what every shot shares: show, seq, passes, sizes, the output and
-    checkpoint roots (a probe spec that reads from the first allowed root)."""
-    probe = parse_spec(
-        {**submit, "plate": roots[0] if roots else ".", "show": show, "sequence": seq, "shot": "x"}
-    )
-    problems = check_paths(probe, roots, output_root)
-    if problems:
-        raise SpecError("\n".join(problems))
-
-
-def _clip_spec(
-    clip: CutClip,
-    show: str,
-    seq: str,
-    submit: Mapping[str, Any],
-    roots: list[str],
-    output_root: str,
-) -> tuple[ShotSpec | None, str]:
-    """The clip's own ShotSpec (its shot name and plate checked as a submit checks them)."""
-    data = {**submit, "plate": clip.plate, "show": show, "sequence": seq, "shot": clip.shot}
-    try:
-        spec = parse_spec({**data, "frames": clip.frames})
-    except SpecError as exc:
-        lines = str(exc).splitlines()
-        return None, "; ".join(line.strip() for line in lines[1:] or lines)
-    outside = check_paths(spec, roots, output_root)
-    if outside:
-        return None, "; ".join(outside)
-    return spec, ""
-
-
-def overlapping_shots(clips: list[CutClip], specs: Mapping[int, ShotSpec]) -> dict[int, str]:
-    """Clip index -> why, for clips whose show/seq/shot another plate also makes."""
-    by_shot: dict[str, list[CutClip]] = {}
-    for clip in clips:
-        by_shot.setdefault(specs[clip.index].shot_path, []).append(clip)
-    refused: dict[int, str] = {}
-    for shot, group in by_shot.items():
-        plates = dict.fromkeys(c.plate for c in group)
-        if len(plates) < 2:
-            continue
-        made = "; ".join(f"{c.label} from {c.plate}" for c in group)
-        why = f"overlapping shots: {shot} would be made from {len(plates)} plates ({made})"
-        refused.update(dict.fromkeys((c.index for c in group), why))
-    return refused
-
-
-def frames_missing(clips: list[CutClip], discover: Discover) -> dict[int, str]:
-    """Clip index -> why, for clips whose plate is not there or lacks frames of their range
-    (one listing per plate)."""
-    found: dict[str, PlateSequence | str] = {}
-    refused: dict[int, str] = {}
-    for clip in clips:
-        if clip.plate not in found:
-            try:
-                found[clip.plate] = discover(clip.plate)
-            except SequenceError as exc:
-                found[clip.plate] = f"plate not found: {exc}"
-            except StorageError as exc:  # a listing that failed (a store away): this plate only
-                found[clip.plate] = f"plate could not be listed: {exc}"
-        sequence = found[clip.plate]
-        if isinstance(sequence, str):
-            refused[clip.index] = sequence
-            continue
-        assert clip.first is not None and clip.last is not None  # no problems: both set
-        missing = sorted(set(range(clip.first, clip.last + 1)) - set(sequence.frames))
-        if missing:
-            holds = fileseq.FrameSet.from_iterable(sequence.frames, sort=True)
-            refused[clip.index] = (
-                f"frames {_frameset(missing)} of {clip.frames} are not on disk "
-                f"({clip.plate} holds {holds})"
-            )
-    return refused
-
-
-def _submissions(clips: list[CutClip], specs: Mapping[int, ShotSpec]) -> Iterable[ShotSubmission]:
-    """One submission per (shot, plate), its clips' frames united, in cut order."""
-    groups: dict[tuple[str, str], list[CutClip]] = {}
-    for clip in clips:
-        groups.setdefault((specs[clip.index].shot_path, clip.plate), []).append(clip)
-    for (shot, plate), group in groups.items():
-        frames: set[int] = set()
-        for clip in group:
-            assert clip.first is not None and clip.last is not None
-            frames.update(range(clip.first, clip.last + 1))
-        union = _frameset(sorted(frames))
-        spec = parse_spec({**specs[group[0].index].model_dump(mode="json"), "frames": union})
-        yield ShotSubmission(shot, plate, union, tuple(c.label for c in group), spec)
-
-
-def _frameset(frames: list[int]) -> str:
-    return str(fileseq.FrameSet.from_iterable(frames, sort=True))

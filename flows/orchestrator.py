@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.errors import SvfxError
+
 log = logging.getLogger("svfx.orchestrator")
 
 HEALTH_TIMEOUT_S = 10.0  # a configured server must answer /health within this
@@ -39,7 +41,7 @@ SERVE_HINT = (
 )
 
 
-class OrchestratorError(RuntimeError):
+class OrchestratorError(SvfxError, RuntimeError):
     """No Prefect API to run flows against: the message says why and what to set."""
 
 

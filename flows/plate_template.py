@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.errors import SvfxError
+
 REQUIRED = ("show", "seq", "shot")
 ALIASES = {"sequence": "seq", "element": "plate"}
 _TOKEN = re.compile(r"\{(?P<field>[A-Za-z_][A-Za-z0-9_]*)\}|(?P<frame>%0?(?P<pad>\d*)d|#+|@+)")
 
 
-class TemplateError(ValueError):
+class TemplateError(SvfxError, ValueError):
     """A template that cannot be used; the message says why."""
 
 

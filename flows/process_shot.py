@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from core.errors import SvfxError
+
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, get_run_logger, task
@@ -33,9 +35,10 @@ from schemas.spec import ShotSpec, parse_spec
 from .cluster import dask_client
 from .planning import plan_shot
 from .progress import Progress, listening
-from .refusals import REFUSALS, refusal
+from .refusals import refusal
 from .shot_plan import ShotPlan
-from .shot_runner import ShotResult, run_planned_shot
+from .shot_result import ShotResult
+from .shot_runner import run_planned_shot
 
 
 @task(name="plan-shot", cache_policy=None)
@@ -44,7 +47,7 @@ def plan_task(spec: ShotSpec, settings: Settings) -> ShotPlan | str:
     to fix, and needs no traceback in the logs)."""
     try:
         plan = plan_shot(spec, settings)
-    except REFUSALS as exc:
+    except SvfxError as exc:
         return str(exc)
     logger = get_run_logger()
     logger.info(
@@ -89,7 +92,7 @@ def process_shot(spec: dict[str, Any], dask_address: str | None = None) -> dict[
     except JobConflict as exc:
         logger.error("%s", exc)
         return refusal(str(exc), conflict=exc.job)
-    except REFUSALS as exc:
+    except SvfxError as exc:
         logger.error("%s", exc)
         return refusal(str(exc))
     return result.as_dict()

@@ -1,32 +1,18 @@
-"""What a run refuses, and how a refusal looks: errors the user (or operator) can act on,
-raised before or instead of work, each already naming the file, frame or service and the
-reason. Commands print them in one line and exit 2; flows return them as a failed result,
-never as a traceback."""
+"""How a refusal looks: a run refuses with an error the user (or operator) can act on
+(`core.errors.SvfxError`), raised before or instead of work, already naming the file, frame or
+service and the reason. Commands print it in one line and exit with its code; flows return it
+as a failed result (`refusal`), never as a traceback."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from schemas.catalog.errors import CatalogError, JobConflict
-from schemas.spec import SpecError
-from storage.errors import StorageError
-from tasks.checkpoint_errors import CheckpointChoiceError, CheckpointError
+from core.errors import SvfxError
 
 
-class ClusterError(RuntimeError):
+class ClusterError(SvfxError, RuntimeError):
     """The Dask scheduler to use cannot be reached; the message names it."""
-
-
-REFUSALS = (
-    SpecError,
-    StorageError,
-    CheckpointChoiceError,
-    CheckpointError,
-    CatalogError,
-    JobConflict,
-    ClusterError,
-)
 
 
 def refusal(message: str, *, conflict: dict[str, Any] | None = None) -> dict[str, Any]:

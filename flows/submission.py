@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from core.errors import SvfxError
 from schemas.catalog.uris import normalise_uri
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
@@ -165,5 +166,5 @@ def run_shot_here(
         return dict(process_shot(spec, dask_address))
 
 
-class SubmissionRefused(Exception):
+class SubmissionRefused(SvfxError):
     """An inline run that refused its shot (the reason is the message)."""

@@ -1,10 +1,13 @@
-"""Every exception class of `sapiens`, in one module that imports nothing, so that code which
-only needs to recognise them (the CLI's refusals, the flow process) does not import torch."""
+"""Every exception class of `sapiens`, in one module that imports nothing but `core.errors`, so
+that code which only needs to recognise them (the CLI's refusals, the flow process) does not
+import torch."""
 
 from __future__ import annotations
 
+from core.errors import SvfxError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(SvfxError, ValueError):
     """A checkpoint that cannot be used; the message names the file and, where known, the
     tensor."""
 
@@ -40,6 +43,6 @@ class NotSafetensors(Exception):
         self.reason = reason
 
 
-class DeviceMemoryError(RuntimeError):
+class DeviceMemoryError(SvfxError, RuntimeError):
     """The model did not fit in the device's memory even one input at a time; the message
     names the pass and the input size (a frame's problem: the worker goes on)."""

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import fileseq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.errors import SvfxError
 from schemas import passes as pass_table
 
 PassName = Literal[pass_table.PASS_NAMES]  # type: ignore[valid-type]
@@ -30,7 +31,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
 
 
-class SpecError(ValueError):
+class SpecError(SvfxError, ValueError):
     """A spec that cannot run; the message lists every problem, one per line."""
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from core.errors import SvfxError
 
-class StorageError(Exception):
+
+class StorageError(SvfxError):
     """Base class for everything `storage/` raises on bad input or unreachable data."""
 
 

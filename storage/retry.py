@@ -3,7 +3,8 @@ database): exponential backoff with full jitter inside a bounded total time, so 
 ("SlowDown", 503), a dropped connection or a database restart costs a wait, not a frame or a
 scan, and a service that stays down is reported after a known time rather than never.
 
-Plain Python with no dependencies: the object-store readers and the catalog writer share it."""
+Plain Python with no dependencies (but the errors' root, `core.errors`): the object-store
+readers and the catalog writer share it."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import SvfxError
+
 log = logging.getLogger("svfx.storage")
 
 
-class RetriesExhausted(OSError):
+class RetriesExhausted(SvfxError, OSError):
     """A request that kept failing until the attempts or the deadline ran out."""
 
 

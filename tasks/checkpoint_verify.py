@@ -22,13 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from sapiens.errors import CheckpointError
 from sapiens.loading import verify_checkpoint
 
-from .checkpoints import (
-    CheckpointChoiceError,
-    CheckpointRef,
-    JsonFileCache,
-    cached_sha256,
-    file_identity,
-)
+from .checkpoints import CheckpointChoiceError, CheckpointRef
+from .file_caches import JsonFileCache, cached_sha256, file_identity
 
 # Bump when the checks change, so files verified by an older version are checked again.
 VERIFY_VERSION = 1

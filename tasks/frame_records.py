@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.errors import SvfxError
 from schemas.summaries import ChunkContext, FrameSummary
 from storage.atomic import atomic_write_bytes
 from storage.uri import filesystem_for
@@ -20,7 +21,7 @@ from storage.uri import filesystem_for
 RECORD_FORMAT = "svfx-frame-record/1"
 
 
-class FrameRecordError(ValueError):
+class FrameRecordError(SvfxError, ValueError):
     """A frame record that cannot be read back (truncated, foreign, another format)."""
 
 

@@ -49,7 +49,8 @@ def small_chunk_job(
     flow chooses them (untrained under `root/ckpt` without a root) and its Zarr store created
     as the shot runner creates it, under `root/out`."""
     from storage.zarr_store import create_shot_store
-    from tasks.checkpoints import resolve_checkpoints, seg_class_names
+    from tasks.checkpoint_choice import resolve_checkpoints
+    from tasks.checkpoints import seg_class_names
     from tasks.chunk_worker import ChunkJob
     from tasks.output_paths import ShotOutputPaths
 

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from flows import shot_runner
+from flows import job_recording
 from flows.planning import plan_shot
 from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog, queries
 from schemas.catalog.errors import CatalogDamaged, CatalogUnavailable, JobConflict
 from schemas.catalog.models import JobFrame, Output
-from schemas.catalog.writer import is_transient
+from schemas.catalog.transactions import is_transient
 from schemas.spec import parse_spec
 from storage.retry import RetryPolicy
 from tests.pg_server import PgServer
@@ -61,7 +61,7 @@ def home(tmp_path, monkeypatch):
 def quick_during_shot(monkeypatch):
     """Keep chunk summaries for later after half a second (instead of 10 s)."""
     policy = RetryPolicy(attempts=1000, first_wait_s=0.1, max_wait_s=0.2, deadline_s=0.5)
-    monkeypatch.setattr(shot_runner, "DURING_SHOT_RETRY", policy)
+    monkeypatch.setattr(job_recording, "DURING_SHOT_RETRY", policy)
 
 
 def _plan(home: Path, settings):

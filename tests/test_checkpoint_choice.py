@@ -14,13 +14,8 @@ from sapiens.loading import save_model
 from sapiens.model import build_model
 from schemas.settings import Settings
 from schemas.spec import parse_spec
-from tasks.checkpoints import (
-    CheckpointChoiceError,
-    CheckpointRef,
-    pick_model_size,
-    preferred_size,
-    resolve_checkpoints,
-)
+from tasks.checkpoint_choice import pick_model_size, preferred_size, resolve_checkpoints
+from tasks.checkpoints import CheckpointChoiceError, CheckpointRef
 
 NORMAL_SEG = {"normal": "normal", "seg": "seg"}
 THREE = {"normal": "normal", "seg": "seg", "pose": "pose"}

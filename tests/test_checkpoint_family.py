@@ -18,14 +18,12 @@ from cli.main import app as svfx_app
 from sapiens.loading import save_model
 from sapiens.model import build_model
 from schemas.spec import parse_spec
+from tasks.checkpoint_choice import CheckpointChoice, pick_model_size, resolve_checkpoints
 from tasks.checkpoint_convert import convert_checkpoint
 from tasks.checkpoints import (
-    CheckpointChoice,
     CheckpointChoiceError,
     CheckpointRef,
     describe_checkpoint,
-    pick_model_size,
-    resolve_checkpoints,
     size_label,
 )
 from tests.test_convert_pth import DEPTH, FFN, HEADS, C, v1_state

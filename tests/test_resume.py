@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from flows.planning import plan_shot
-from flows.shot_runner import ShotResult, run_planned_shot
+from flows.shot_result import ShotResult
+from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog, queries
 from schemas.passes import zarr_arrays
 from schemas.spec import parse_spec

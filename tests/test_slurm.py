@@ -43,7 +43,8 @@ from sqlalchemy import func, select
 
 from flows.cluster import gpu_slots
 from flows.planning import plan_shot
-from flows.shot_runner import ShotResult, run_planned_shot
+from flows.shot_result import ShotResult
+from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog
 from schemas.catalog.models import JobFrame, Output
 from schemas.settings import Settings

@@ -18,7 +18,8 @@ from rich.console import Console
 
 from cli import console as cli_console
 from cli import submit as submit_commands
-from flows.edit_cuts import CutError, CutOptions, CutPlan, load_cut, plan_cut, read_cut
+from flows.cut_planning import CutPlan, plan_cut
+from flows.edit_cuts import CutError, CutOptions, load_cut, read_cut
 from flows.plate_template import TemplateError
 from tests.plates import write_sequence
 from tests.shot_helpers import make_plate

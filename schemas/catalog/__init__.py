@@ -2,8 +2,9 @@
 
 ``open_catalog(url)`` gives the writer (``Catalog``); ``queries`` holds the read functions.
 Layers, bottom up: ``engine`` (engines, migrations), ``models``, ``errors``, ``uris`` and
-``lease``; the read ``queries``; the writer; ``opening`` (``open_catalog``). No module imports
-one above it.
+``lease``; the read ``queries``; the writer (``writer``, assembled from ``transactions``,
+``upserts``, ``job_lifecycle``, ``chunk_recording``, ``qc_recording`` and ``planner_reads``);
+``opening`` (``open_catalog``). No module imports one above it.
 """
 
 from schemas.catalog.engine import make_engine, migrate

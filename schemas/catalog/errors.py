@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import SvfxError
 
-class CatalogError(Exception):
+
+class CatalogError(SvfxError):
     """The catalog cannot be used; ``where`` names it."""
 
     def __init__(self, where: str, reason: str) -> None:
@@ -23,7 +25,7 @@ class CatalogDamaged(CatalogError):
     """The database is not a usable catalog: corrupt, truncated, wiped or replaced."""
 
 
-class JobConflict(Exception):
+class JobConflict(SvfxError):
     """Another live job is writing the same outputs; ``job`` is its catalog row."""
 
     def __init__(self, job: dict[str, Any]) -> None:

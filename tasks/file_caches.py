@@ -1,0 +1,75 @@
+"""Per-file caches under $SVFX_HOME: small JSON maps keyed by a file's identity (path, size,
+mtime), so what is slow to learn about a big checkpoint (its sha256, that it was verified) is
+learnt once per file version."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from sapiens.loading import sha256_file
+
+
+class JsonFileCache:
+    """A small str -> JSON map in a file under $SVFX_HOME (nothing is kept when it is unset),
+    rewritten atomically. Two processes writing at once may drop each other's newest entry,
+    which only costs recomputing it; a cache that cannot be written costs the same."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self._lock = threading.Lock()
+
+    def file(self) -> Path | None:
+        home = os.environ.get("SVFX_HOME")
+        return Path(home) / self.filename if home else None
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._read().get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        path = self.file()
+        if path is None:
+            return
+        with self._lock:
+            entries = self._read()
+            entries[key] = value
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(json.dumps(entries))
+                tmp.replace(path)
+            except OSError:
+                pass
+
+    def _read(self) -> dict[str, Any]:
+        path = self.file()
+        if path is None or not path.is_file():
+            return {}
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+
+# sha256 of big checkpoints takes seconds to minutes; remember it per (path, size, mtime).
+SHA256_CACHE = JsonFileCache("checkpoint-sha256.json")
+
+
+def file_identity(path: str | os.PathLike[str]) -> str:
+    """'resolved path|size|mtime_ns': changes whenever the file is replaced or rewritten."""
+    stat = Path(path).stat()
+    return f"{Path(path).resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
+def cached_sha256(path: str | os.PathLike[str]) -> str:
+    key = file_identity(path)
+    digest = SHA256_CACHE.get(key)
+    if isinstance(digest, str):
+        return digest
+    digest = sha256_file(path)
+    SHA256_CACHE.put(key, digest)
+    return digest
