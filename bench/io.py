@@ -152,7 +152,7 @@ def chunk_job(
 
 def staged(job: Any, predictor: Any, stages: Stages) -> None:
     """Each frame through the worker's stages one after another, timed per stage."""
-    import storage.zarr_store as zarr_store
+    import storage.zarr_writer as zarr_writer
     import tasks.blending as blending
     import tasks.frame_inference as inference_module
     import tasks.frame_writing as writing_module
@@ -170,7 +170,7 @@ def staged(job: Any, predictor: Any, stages: Stages) -> None:
     colour = ColourConversion(job.plate_colorspace)
     reader = FrameReader(spec, colour, job.frame_hw, ["0" * 64])
     inference = FrameInference(spec, predictor, SEG_CLASSES)
-    store = zarr_store.ShotStoreWriter(job.paths.zarr)
+    store = zarr_writer.ShotStoreWriter(job.paths.zarr)
     context = ChunkContext("bench", {}, {}, {}, {})
     writer = FrameWriter(
         spec, job.paths, store, colour, context, {"svfx/bench": "io"}, SEG_CLASSES,

@@ -19,7 +19,8 @@ import numpy as np
 import OpenEXR
 
 from schemas.passes import zarr_arrays
-from storage.zarr_store import create_shot_store, write_frame
+from storage.zarr_store import create_shot_store
+from storage.zarr_writer import write_frame
 from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, shot_flicker
 
 W, H = 160, 96

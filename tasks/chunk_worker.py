@@ -39,7 +39,7 @@ from sapiens.predictor import Predictor, release_cached_memory
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
-from storage.zarr_store import ShotStoreWriter
+from storage.zarr_writer import ShotStoreWriter
 from tasks.checkpoints import CheckpointRef, seg_class_names
 from tasks.colour import ColourConversion
 from tasks.frame_inference import FrameInference, InferredFrame, default_focal

@@ -35,7 +35,8 @@ from storage.errors import FrameError, writing
 from storage.exr_writer import part_channels, write_passes_exr
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
-from storage.zarr_store import KEYPOINTS, ShotStoreWriter
+from storage.zarr_store import KEYPOINTS
+from storage.zarr_writer import ShotStoreWriter
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame
 from tasks.frame_passes import ID_SUFFIX, NONFINITE_PREFIX, PREVIEW_PREFIX, RANKS_SUFFIX

@@ -16,15 +16,14 @@ from storage.errors import FrameError, StorageError
 from storage.zarr_store import (
     KEYPOINTS,
     SEG_FILL,
-    ShotStoreWriter,
     close_store,
     create_shot_store,
     frames_by_shard,
     open_shot_store,
     read_stored_frame,
     shard_of,
-    write_frame,
 )
+from storage.zarr_writer import ShotStoreWriter, write_frame
 
 FRAMES = [1001, 1002, 1003, 1004, 1006, 1007, 1008]  # 1005 is a hole in the plate
 HEIGHT, WIDTH, PEOPLE = 6, 9, 3
