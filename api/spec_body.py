@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from api.params import NAME_PATTERN, TEXT_PATTERN
 from schemas.passes import DEFAULT_PASSES
-from schemas.spec import MODEL_SIZES, PassName, ShotSpec, TilingSpec
+from schemas.spec import MODEL_SIZES, ModelPassName, PassName, ShotSpec, TilingSpec
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f\ufffd"
 # What str.strip() removes (besides control characters): a plate must hold something else.
@@ -65,7 +65,7 @@ class SpecBody(ShotSpec):
         description=ShotSpec.model_fields["passes"].description,
     )
     model_size: ModelSize = "auto"
-    checkpoints: dict[PassName, Text] = Field(
+    checkpoints: dict[ModelPassName, Text] = Field(
         default_factory=dict, description="checkpoint file per pass, under the allowed roots"
     )
     checkpoint_root: Text | None = Field(None, description="under the allowed roots")

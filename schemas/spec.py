@@ -18,6 +18,8 @@ from core.errors import SvfxError
 from schemas import passes as pass_table
 
 PassName = Literal[pass_table.PASS_NAMES]  # type: ignore[valid-type]
+# The passes with a checkpoint of their own (not those made from another pass's output).
+ModelPassName = Literal[tuple(p.name for p in pass_table.PASSES if p.models)]  # type: ignore[valid-type]
 Family = Literal["sapiens2", "sapiens1"]
 # "auto": the largest size with a checkpoint for every pass under the checkpoint root (or
 # SVFX_MODEL_SIZE when it has them all); the tiny untrained models only without checkpoints.
@@ -86,7 +88,7 @@ class ShotSpec(BaseModel):
     )
     family: Family = Field("sapiens2", description=pass_table.family_help())
     model_size: str = "auto"
-    checkpoints: dict[PassName, str] = Field(default_factory=dict)
+    checkpoints: dict[ModelPassName, str] = Field(default_factory=dict)
     checkpoint_root: str | None = None
     tiling: TilingSpec = TilingSpec()
     output_root: str | None = None
@@ -139,10 +141,12 @@ class ShotSpec(BaseModel):
             return pass_table.in_order(value)  # the table's order
         return value
 
-    @field_validator("checkpoints")
+    @field_validator("checkpoints", mode="before")
     @classmethod
-    def _own_checkpoints(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
+    def _own_checkpoints(cls, value: Any) -> Any:
+        for name in value if isinstance(value, dict) else ():
+            if name not in pass_table.BY_NAME:
+                continue  # the type says which passes there are
             made_from = pass_table.made_from(name)
             if made_from != name:
                 raise ValueError(
