@@ -37,6 +37,12 @@ Text = Annotated[str, Field(pattern=TEXT_PATTERN)]
 # Documented here, enforced by ShotSpec's own validator (same rule, in readable words).
 Name = Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN})]
 ModelSize = Literal[*MODEL_SIZES]  # type: ignore[valid-type]
+SPEC = ShotSpec.model_fields
+
+
+def _about(field: str, *more: str) -> str:
+    """The spec field's description, with what the API adds to it."""
+    return "; ".join([SPEC[field].description or field, *more])
 
 
 class SpecBody(ShotSpec):
@@ -57,18 +63,20 @@ class SpecBody(ShotSpec):
         description="frames to process: 1001-1100, 1001-1100x2, 1001,1005,1010-1020 (frame "
         "numbers of at most six digits); None: the whole plate",
     )
-    colorspace: Text | None = Field(None, description="plate colour space; None: guess")
+    colorspace: Text | None = Field(None, description=_about("colorspace"))
     passes: tuple[PassName, ...] = Field(
         DEFAULT_PASSES,
         min_length=1,
         json_schema_extra={"uniqueItems": True},
         description=ShotSpec.model_fields["passes"].description,
     )
-    model_size: ModelSize = "auto"
+    model_size: ModelSize = Field(SPEC["model_size"].default, description=_about("model_size"))
     checkpoints: dict[ModelPassName, Text] = Field(
-        default_factory=dict, description="checkpoint file per pass, under the allowed roots"
+        default_factory=dict, description=_about("checkpoints", "under the allowed roots")
     )
-    checkpoint_root: Text | None = Field(None, description="under the allowed roots")
+    checkpoint_root: Text | None = Field(
+        None, description=_about("checkpoint_root", "under the allowed roots")
+    )
     tiling: TilingSpec = Field(
         TilingSpec(),
         description="both tile sides or neither; the overlap under half the shorter side",
@@ -76,7 +84,9 @@ class SpecBody(ShotSpec):
     output_root: Text | None = Field(
         None, description="under the allowed roots; None: the server's output root"
     )
-    version: Annotated[str, Field(pattern=VERSION_PATTERN)] = "v001"
+    version: Annotated[str, Field(pattern=VERSION_PATTERN)] = Field(
+        SPEC["version"].default, description=_about("version")
+    )
     submitter: Text = Field(
         default_factory=getpass.getuser,
         description="who submits (the API server's user when left out)",

@@ -17,9 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from core.errors import SvfxError
-from schemas import passes as pass_table
 from schemas.settings import Settings, load_settings
-from schemas.spec import ShotSpec
 
 console = Console()
 err = Console(stderr=True)
@@ -29,19 +27,6 @@ EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 EXIT_CODES = {"complete": EXIT_OK, "partial": EXIT_PARTIAL}
 T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-# The pass and family options of every command that submits, from the spec's own fields.
-FamilyOpt = Annotated[
-    str, typer.Option(help=f"sapiens2|sapiens1: {ShotSpec.model_fields['family'].description}")
-]
-DEFAULT_PASSES = ",".join(pass_table.DEFAULT_PASSES)
-PassesOpt = Annotated[
-    str,
-    typer.Option(help=f"comma-separated, of: {ShotSpec.model_fields['passes'].description}"),
-]
-# Options of the commands that submit many shots at once (scan, submit-edit).
-GuessedColourOpt = Annotated[
-    str | None, typer.Option(help="plate colour space (default: guessed per plate)")
-]
 
 
 def get_settings() -> Settings:

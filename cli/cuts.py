@@ -18,13 +18,9 @@ from schemas.settings import Settings
 from storage.sequences import PlateSequence, discover_sequence
 
 from .console import (
-    DEFAULT_PASSES,
     EXIT_FAILED,
     EXIT_OK,
-    FamilyOpt,
-    GuessedColourOpt,
     JsonOpt,
-    PassesOpt,
     err,
     exit_code,
     get_settings,
@@ -33,6 +29,17 @@ from .console import (
     refused,
     refusing,
     table,
+)
+from .spec_options import (
+    DEFAULT_PASSES,
+    SPEC_DEFAULTS,
+    CheckpointRootOpt,
+    ColourOpt,
+    FamilyOpt,
+    ModelSizeOpt,
+    OutputOpt,
+    PassesOpt,
+    VersionOpt,
 )
 from .submit import ClusterOpt, absolute_paths, require_cluster, run_here
 
@@ -61,17 +68,15 @@ def submit_edit(
     ] = None,
     rate: Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")] = 24.0,
     passes: PassesOpt = DEFAULT_PASSES,
-    family: FamilyOpt = "sapiens2",
-    model_size: Annotated[
-        str, typer.Option(help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b)")
-    ] = "auto",
-    output: Annotated[
-        str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
-    ] = None,
-    colorspace: GuessedColourOpt = None,
-    checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
-    version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
-    no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
+    family: FamilyOpt = SPEC_DEFAULTS["family"],
+    model_size: ModelSizeOpt = SPEC_DEFAULTS["model_size"],
+    output: OutputOpt = None,
+    colorspace: ColourOpt = None,
+    checkpoint_root: CheckpointRootOpt = None,
+    version: VersionOpt = SPEC_DEFAULTS["version"],
+    no_previews: Annotated[
+        bool, typer.Option("--no-previews", help="no previews and no review clips")
+    ] = False,
     dask_address: ClusterOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")

@@ -14,7 +14,6 @@ from flows.scan import ScanDefaults, report_lines, scan_with_catalog
 from flows.submission import DeploymentSubmitter, InlineSubmitter, Submitter
 
 from .console import (
-    GuessedColourOpt,
     JsonOpt,
     console,
     err,
@@ -25,6 +24,7 @@ from .console import (
     print_json,
     refused,
 )
+from .spec_options import DEFAULT_PASSES, ColourOpt, spec_help
 from .submit import ClusterOpt, require_cluster, run_here
 
 
@@ -37,12 +37,16 @@ def scan(
             help="naming template, e.g. {show}/{seq}/{shot}/plates/{plate}/{name}.####.exr"
         ),
     ] = None,
-    passes: Annotated[str | None, typer.Option(help="comma-separated (default: all)")] = None,
+    passes: Annotated[
+        str | None,
+        typer.Option(help=f"comma-separated (default SVFX_SCAN_PASSES, else {DEFAULT_PASSES})"),
+    ] = None,
     model_size: Annotated[
-        str | None, typer.Option(help="auto|tiny|0.1b|...|5b (default SVFX_SCAN_MODEL_SIZE: auto)")
+        str | None,
+        typer.Option(help=f"{spec_help('model_size')} (default SVFX_SCAN_MODEL_SIZE)"),
     ] = None,
     output: Annotated[str | None, typer.Option(help="output root, e.g. s3://bucket/out")] = None,
-    colorspace: GuessedColourOpt = None,
+    colorspace: ColourOpt = None,
     settle: Annotated[
         float | None, typer.Option(help="seconds since an object's last write before use")
     ] = None,

@@ -29,12 +29,9 @@ from schemas.spec import ShotSpec, SpecError, parse_spec
 
 from .catalog import read_jobs, show_jobs
 from .console import (
-    DEFAULT_PASSES,
     EXIT_CODES,
     EXIT_FAILED,
-    FamilyOpt,
     JsonOpt,
-    PassesOpt,
     console,
     err,
     fail,
@@ -43,6 +40,24 @@ from .console import (
     print_json,
     refused,
     refusing,
+)
+from .spec_options import (
+    DEFAULT_PASSES,
+    SPEC_DEFAULTS,
+    TILING_DEFAULTS,
+    BatchSizeOpt,
+    CheckpointRootOpt,
+    ChunkFramesOpt,
+    ColourOpt,
+    FamilyOpt,
+    FramesOpt,
+    ModelSizeOpt,
+    NonfiniteOpt,
+    OutputOpt,
+    OverlapOpt,
+    PassesOpt,
+    PrecisionOpt,
+    VersionOpt,
 )
 
 # Planning imports torch and running a shot imports Prefect and Dask (seconds each on a busy
@@ -67,37 +82,28 @@ ClusterOpt = Annotated[
 def submit(
     pattern: Annotated[str, typer.Argument(help="plate.####.exr, plate.%04d.exr or s3://...")],
     shot: Annotated[str, typer.Option(help="SHOW/SEQ/SHOT")],
-    frames: Annotated[str | None, typer.Option(help="frame range, e.g. 1001-1100")] = None,
-    colorspace: Annotated[str | None, typer.Option(help="plate colour space")] = None,
+    frames: FramesOpt = None,
+    colorspace: ColourOpt = None,
     passes: PassesOpt = DEFAULT_PASSES,
-    family: FamilyOpt = "sapiens2",
-    model_size: Annotated[
-        str,
-        typer.Option(
-            help="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b); auto: the "
-            "largest size with a checkpoint for every pass under the checkpoint root "
-            "(SVFX_MODEL_SIZE first), tiny untrained models only without checkpoints"
-        ),
-    ] = "auto",
-    checkpoint_root: Annotated[str | None, typer.Option(help="dir of *.safetensors")] = None,
+    family: FamilyOpt = SPEC_DEFAULTS["family"],
+    model_size: ModelSizeOpt = SPEC_DEFAULTS["model_size"],
+    checkpoint_root: CheckpointRootOpt = None,
     checkpoint: Annotated[
         list[str] | None,
         typer.Option(help="PASS=FILE: this checkpoint for this pass (repeatable)"),
     ] = None,
-    output: Annotated[
-        str | None, typer.Option(help="output root (default SVFX_OUTPUT_ROOT)")
-    ] = None,
-    version: Annotated[str, typer.Option(help="output version, e.g. v002")] = "v001",
-    chunk_frames: Annotated[int, typer.Option(help="frames per chunk (and Zarr shard)")] = 8,
-    batch_size: Annotated[int, typer.Option(help="tiles per model batch")] = 4,
+    output: OutputOpt = None,
+    version: VersionOpt = SPEC_DEFAULTS["version"],
+    chunk_frames: ChunkFramesOpt = SPEC_DEFAULTS["chunk_frames"],
+    batch_size: BatchSizeOpt = SPEC_DEFAULTS["batch_size"],
     tile: Annotated[str | None, typer.Option(help="tile WxH (default: model input)")] = None,
-    overlap: Annotated[int, typer.Option(help="tile overlap in pixels")] = 128,
-    precision: Annotated[str, typer.Option(help="auto|fp32|bf16|fp16")] = "auto",
+    overlap: OverlapOpt = TILING_DEFAULTS["overlap"],
+    precision: PrecisionOpt = SPEC_DEFAULTS["precision"],
     dask_address: ClusterOpt = None,
-    no_previews: Annotated[bool, typer.Option("--no-previews")] = False,
-    nonfinite: Annotated[
-        str, typer.Option(help="plate pixels that are NaN/Inf: error (fail the frame) or zero")
-    ] = "error",
+    no_previews: Annotated[
+        bool, typer.Option("--no-previews", help="no previews and no review clips")
+    ] = False,
+    nonfinite: NonfiniteOpt = SPEC_DEFAULTS["nonfinite"],
     as_json: JsonOpt = False,
 ) -> None:
     """Run a shot through every pass asked for; shows progress, then a summary."""

@@ -50,9 +50,9 @@ class ScanDefaults:
     """What every shot a scan submits is asked for (the rest of ShotSpec's defaults apply)."""
 
     passes: tuple[str, ...] | None = None
-    model_size: str = "auto"
+    model_size: str = ShotSpec.model_fields["model_size"].default
     output_root: str | None = None
-    version: str = "v001"
+    version: str = ShotSpec.model_fields["version"].default
     colorspace: str | None = None
     checkpoint_root: str | None = None
     settle_seconds: float = 120.0

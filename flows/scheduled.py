@@ -17,6 +17,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from schemas.settings import Settings, load_settings
+from schemas.spec import ShotSpec
 
 from .process_shot import process_shot
 from .scan import ScanDefaults, report_lines, scan_with_catalog
@@ -30,7 +31,7 @@ def scan_plates(
     prefixes: list[str],
     template: str,
     passes: list[str] | None = None,
-    model_size: str = "auto",
+    model_size: str = ShotSpec.model_fields["model_size"].default,
     output_root: str | None = None,
     colorspace: str | None = None,
     settle_s: float = 120.0,

@@ -27,6 +27,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from schemas.spec import ShotSpec
+
 
 def default_home() -> Path:
     return Path(os.environ.get("SVFX_HOME") or Path.home() / ".svfx").expanduser()
@@ -75,7 +77,7 @@ class Settings(BaseSettings):
     scan_settle_s: float = Field(120.0, ge=0)  # wait this long after an object's last write
     scan_max_in_flight: int = Field(4, ge=1)  # shots running at once
     scan_passes: Annotated[list[str], NoDecode] = Field(default_factory=list)  # default: all
-    scan_model_size: str = "auto"
+    scan_model_size: str = ShotSpec.model_fields["model_size"].default
     # The size model size "auto" prefers when the checkpoint root has it for every pass.
     model_size: str | None = None
 

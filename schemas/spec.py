@@ -9,7 +9,7 @@ import json
 import os.path
 import re
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import fileseq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -44,7 +44,7 @@ class TilingSpec(BaseModel):
 
     tile_height: int | None = Field(None, ge=64, le=8192)
     tile_width: int | None = Field(None, ge=64, le=8192)
-    overlap: int = Field(128, ge=0, le=1024)
+    overlap: int = Field(128, ge=0, le=1024, description="tile overlap in pixels")
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> TilingSpec:
@@ -82,26 +82,36 @@ class ShotSpec(BaseModel):
         None, description="plate element (bg01, fg01) when a shot has several; outputs per element"
     )
     frames: str | None = Field(None, description="fileseq frame range, e.g. 1001-1100")
-    colorspace: str | None = Field(None, description="plate colour space; None: guess")
+    colorspace: str | None = Field(
+        None, description="plate colour space (OCIO name; default: guessed per plate)"
+    )
     passes: tuple[PassName, ...] = Field(
         pass_table.DEFAULT_PASSES, description=pass_table.describe()
     )
     family: Family = Field("sapiens2", description=pass_table.family_help())
-    model_size: str = "auto"
-    checkpoints: dict[ModelPassName, str] = Field(default_factory=dict)
-    checkpoint_root: str | None = None
+    model_size: str = Field(
+        "auto",
+        description="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b); auto: "
+        "the largest size with a checkpoint for every pass under the checkpoint root "
+        "(SVFX_MODEL_SIZE first), tiny untrained models only without checkpoints",
+    )
+    checkpoints: dict[ModelPassName, str] = Field(
+        default_factory=dict, description="checkpoint file per pass"
+    )
+    checkpoint_root: str | None = Field(None, description="directory of *.safetensors")
     tiling: TilingSpec = TilingSpec()
-    output_root: str | None = None
-    version: str = "v001"
-    chunk_frames: int = Field(8, ge=1, le=1000)
-    batch_size: int = Field(4, ge=1, le=256)
-    precision: Precision = "auto"
+    output_root: str | None = Field(None, description="output root (default SVFX_OUTPUT_ROOT)")
+    version: str = Field("v001", description="output version, e.g. v002")
+    chunk_frames: int = Field(8, ge=1, le=1000, description="frames per chunk (and Zarr shard)")
+    batch_size: int = Field(4, ge=1, le=256, description="tiles per model batch")
+    precision: Precision = Field("auto", description="|".join(get_args(Precision)))
     max_people: int = Field(20, ge=1, le=200)
     nonfinite: Literal["error", "zero"] = Field(
-        "error", description="plate pixels that are NaN/Inf: fail the frame, or read them as 0"
+        "error",
+        description="plate pixels that are NaN/Inf: error (fail the frame) or zero (read as 0)",
     )
-    previews: bool = True
-    review_clips: bool = True
+    previews: bool = Field(True, description="previews per frame and pass")
+    review_clips: bool = Field(True, description="review clips (mp4) per pass")
     submitter: str = Field(default_factory=getpass.getuser)
 
     @field_validator("show", "sequence", "shot", "element")
