@@ -16,6 +16,7 @@ from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
 from storage.errors import FrameError
 from storage.frame import Frame
+from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.sequences import PlateSequence, discover_sequence
 from storage.uri import is_remote
@@ -42,7 +43,8 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = check_paths(spec, settings.roots, output_root)
     if problems:
         raise SpecError("\n".join(problems))
-    sequence = discover_sequence(spec.plate, spec.frames, settings.storage_options_for(spec.plate))
+    plate = Location(spec.plate, settings.storage_options_for(spec.plate))
+    sequence = discover_sequence(plate, spec.frames)
     paths = ShotOutputPaths.for_shot(
         output_root,
         spec.show,
@@ -111,8 +113,7 @@ def first_readable(sequence: PlateSequence) -> Frame:
     errors: list[str] = []
     for frame in sequence.frames[:5]:
         try:
-            uri = sequence.uri_for(frame)
-            return read_plate_frame(uri, frame, storage_options=sequence.storage_options)
+            return read_plate_frame(sequence.location_of(frame), frame)
         except FrameError as exc:
             errors.append(str(exc))
     lines = "\n  ".join(errors)

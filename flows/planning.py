@@ -20,6 +20,7 @@ from schemas.spec import ShotSpec
 from schemas.summaries import PlateInfo
 from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
+from storage.location import Location
 from storage.zarr_store import shard_frames, stored_frames_per_shard
 from tasks.checkpoint_choice import resolve_checkpoints
 from tasks.checkpoint_verify import verify_checkpoints
@@ -60,7 +61,9 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
     )
     paths = inputs.paths
     storage_options = settings.storage_options_for(inputs.output_root)
-    frames_per_shard = stored_frames_per_shard(paths.zarr, storage_options) or shard_frames(
+    frames_per_shard = stored_frames_per_shard(
+        Location(paths.zarr, storage_options)
+    ) or shard_frames(
         plate.height, plate.width, zarr_arrays(spec.passes), spec.max_people, spec.chunk_frames
     )
     return ShotPlan(

@@ -29,7 +29,7 @@ from schemas.passes import expected_outputs as pass_outputs
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
-from storage.uri import filesystem_for
+from storage.location import Location
 from storage.zarr_store import committed_frames
 from tasks.frame_records import FrameRecordError, read_frame_record
 
@@ -52,7 +52,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
     recorded = catalog.frame_outputs(spec.show, spec.sequence, spec.shot, paths.root + "/")
     on_disk = files_under(paths.root, options)
-    committed = committed_frames(paths.zarr, options)
+    committed = committed_frames(Location(paths.zarr, options))
     wanted = expected_outputs(plan)
     todo: list[int] = []
     skipped: list[int] = []
@@ -85,7 +85,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
 def files_under(root: str, options: dict[str, Any] | None) -> dict[str, int]:
     """Normalised URI -> size of every file under ``root`` (one listing; nothing when the
     folder does not exist)."""
-    fs, path = filesystem_for(root, options)
+    fs, path = Location(root, options).fs_and_path()
     try:
         fs.invalidate_cache(path)
         found = fs.find(path, detail=True)
@@ -175,6 +175,6 @@ def _record_problem(
             return f"{out.uri} is missing or has another size"
     files = {out.uri: out.sha256 for out in summary.outputs if out.kind in FILE_KINDS}
     for uri, sha in files.items():
-        if sha256_file(uri, plan.storage_options or None) != sha:
+        if sha256_file(Location(uri, plan.storage_options or None)) != sha:
             return f"{uri} does not match its recorded sha256"
     return ""

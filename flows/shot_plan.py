@@ -77,7 +77,7 @@ class ShotPlan:
                     storage_options=self.storage_options,
                     provenance=provenance,
                     fingerprints={f: self.plate.fingerprints[f][1] for f in frames},
-                    plate_storage_options=dict(self.sequence.storage_options or {}),
+                    plate_storage_options=dict(self.sequence.location.options or {}),
                 )
             )
         return jobs

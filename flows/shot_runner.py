@@ -33,6 +33,7 @@ from schemas.catalog.writer import Catalog
 from schemas.passes import zarr_arrays
 from schemas.summaries import ChunkSummary
 from storage.errors import StorageError, writing
+from storage.location import Location
 from storage.zarr_store import create_shot_store
 from tasks.colour import working_space_for
 from tasks.finalize import FinalizeJob, finalize_shot
@@ -176,7 +177,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
     layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
     redoes them)."""
     args = (
-        plan.paths.zarr,
+        Location(plan.paths.zarr, plan.storage_options or None),
         plan.sequence.all_frames,
         plan.plate.height,
         plan.plate.width,
@@ -185,15 +186,14 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         provenance,
         plan.frames_per_shard,
     )
-    options = plan.storage_options or None
     sizes: dict[str, Any] = {"keypoints": plan.keypoints, "seg_classes": plan.seg_classes}
     with writing(plan.paths.zarr, None):
         try:
-            create_shot_store(*args, storage_options=options, **sizes)
+            create_shot_store(*args, **sizes)
             return False
         except StorageError as exc:
             log.warning("%s; replacing it and redoing every frame", exc)
-            create_shot_store(*args, storage_options=options, overwrite=True, **sizes)
+            create_shot_store(*args, overwrite=True, **sizes)
             return True
 
 
@@ -251,7 +251,7 @@ def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
         plate_colorspace=plan.plate.colorspace,
         passes=tuple(plan.spec.passes),
         storage_options=dict(plan.storage_options or {}),
-        plate_storage_options=dict(plan.sequence.storage_options or {}),
+        plate_storage_options=dict(plan.sequence.location.options or {}),
     )
     return client.submit(shot_flicker, job, pure=False)
 

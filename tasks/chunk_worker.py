@@ -39,6 +39,7 @@ from sapiens.predictor import Predictor, release_cached_memory
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
+from storage.location import Location
 from storage.zarr_writer import ShotStoreWriter
 from tasks.checkpoints import CheckpointRef, seg_class_names
 from tasks.colour import ColourConversion
@@ -163,7 +164,7 @@ class _ChunkRunner:
         self.spec = spec
         self.predictor = predictor
         self.colour = colour
-        self.store = ShotStoreWriter(job.paths.zarr, job.storage_options or None)
+        self.store = ShotStoreWriter(Location(job.paths.zarr, job.storage_options or None))
         shas = [ref.sha256 for ref in job.checkpoints.values()]
         self.reader = FrameReader(
             spec,

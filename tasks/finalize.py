@@ -10,10 +10,10 @@ from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES, keypoint_names_for, skeleton_for
 from schemas.passes import first_of_kind
+from storage.location import Location
 from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
-from storage.uri import filesystem_for
 from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import write_shot_nuke_script
 
@@ -45,8 +45,8 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
         written["pose_json"] = job.paths.pose_json
     elif posed:
         result = assemble_pose_json(
-            job.paths.pose_json,
-            job.paths.pose_fragments,
+            Location(job.paths.pose_json, options),
+            Location(job.paths.pose_fragments, options),
             job.frames,
             PoseHeader(
                 keypoint_names_for(job.keypoints),
@@ -55,28 +55,24 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
                 job.data_window,
                 job.provenance,
             ),
-            options,
         )
         written["pose_json"] = result.uri
     written.update(_nuke_script(job, options))
     if not job.previews:
         return written
     for name in job.passes:
-        previews = [(f, job.paths.preview(name, f)) for f in job.frames]
-        previews = [(f, uri) for f, uri in previews if _exists(uri, options)]
+        previews = [(f, Location(job.paths.preview(name, f), options)) for f in job.frames]
+        previews = [(f, where) for f, where in previews if _exists(where.uri, options)]
         if not previews:
             continue
-        sheet = write_contact_sheet(
-            job.paths.contact_sheet(name), previews, storage_options=options
-        )
+        sheet = write_contact_sheet(Location(job.paths.contact_sheet(name), options), previews)
         written[f"contact_sheet_{name}"] = sheet.uri
         if job.review_clips:
             clip = write_review_clip(
-                job.paths.review_clip(name),
-                ((f, read_preview(uri, options)) for f, uri in previews),
+                Location(job.paths.review_clip(name), options),
+                ((f, read_preview(where)) for f, where in previews),
                 fps=job.fps,
                 label=f"{job.paths.name} {name}",
-                storage_options=options,
             )
             written[f"review_clip_{name}"] = clip.uri
     return written
@@ -106,5 +102,5 @@ def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, 
 
 
 def _exists(uri: str, options: dict[str, Any] | None) -> bool:
-    fs, path = filesystem_for(uri, options)
+    fs, path = Location(uri, options).fs_and_path()
     return bool(fs.exists(path))

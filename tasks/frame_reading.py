@@ -22,6 +22,7 @@ from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import FrameSummary
 from storage.errors import FrameError
 from storage.frame import Frame
+from storage.location import Location
 from storage.plate_reader import decode_frame, fetch_bytes
 from tasks.colour import ColourConversion
 
@@ -77,7 +78,7 @@ class FrameReader:
 
     def read(self, number: int, uri: str, summary: FrameSummary) -> ReadFrame:
         t0 = time.perf_counter()
-        data = fetch_bytes(uri, self.storage_options, frame=number)
+        data = fetch_bytes(Location(uri, self.storage_options), frame=number)
         summary.plate_sha256 = hashlib.sha256(data).hexdigest()
         summary.plate_size = len(data)
         plate = decode_frame(data, uri, frame=number, nonfinite=self.spec.nonfinite)

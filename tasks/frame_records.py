@@ -16,7 +16,7 @@ from typing import Any
 from core.errors import SvfxError
 from schemas.summaries import ChunkContext, FrameSummary
 from storage.atomic import atomic_write_bytes
-from storage.uri import filesystem_for
+from storage.location import Location
 
 RECORD_FORMAT = "svfx-frame-record/1"
 
@@ -43,13 +43,13 @@ def write_frame_record(
         },
     }
     text = json.dumps(record, sort_keys=True, default=str)
-    atomic_write_bytes(uri, text.encode(), storage_options)
+    atomic_write_bytes(Location(uri, storage_options), text.encode())
 
 
 def read_frame_record(
     uri: str, storage_options: dict[str, Any] | None = None
 ) -> tuple[FrameSummary, ChunkContext]:
-    fs, path = filesystem_for(uri, storage_options)
+    fs, path = Location(uri, storage_options).fs_and_path()
     try:
         record = json.loads(fs.cat_file(path))
         if record.get("format") != RECORD_FORMAT:
@@ -68,7 +68,7 @@ def read_frame_record(
 
 def remove_file(uri: str, storage_options: dict[str, Any] | None = None) -> str | None:
     """Delete ``uri`` if it exists; returns why it could not be deleted (None when gone)."""
-    fs, path = filesystem_for(uri, storage_options)
+    fs, path = Location(uri, storage_options).fs_and_path()
     try:
         fs.rm_file(path)
     except FileNotFoundError:

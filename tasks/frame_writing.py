@@ -33,6 +33,7 @@ from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, FrameSummary, OutputRecord
 from storage.errors import FrameError, writing
 from storage.exr_writer import part_channels, write_passes_exr
+from storage.location import Location
 from storage.pose_json import write_pose_fragment
 from storage.previews import pass_preview, pose_preview, write_image
 from storage.zarr_store import KEYPOINTS
@@ -155,13 +156,12 @@ class FrameWriter:
             exr_uri = self.paths.exr(number)
             with writing(exr_uri, number):
                 exr = write_passes_exr(
-                    exr_uri,
+                    Location(exr_uri, self.storage_options),
                     plate,
                     self.layers,
                     parts,
                     self.provenance,
                     class_names=self.class_names,
-                    storage_options=self.storage_options,
                     scene_linear_id=self.colour.albedo_interop_id,
                 )
             written.append(exr.uri)
@@ -193,7 +193,7 @@ class FrameWriter:
             fragments = self.paths.pose_fragments
             with writing(f"{fragments}/{number}", number):
                 fragment = write_pose_fragment(
-                    fragments, number, frame.people, self.storage_options
+                    Location(fragments, self.storage_options), number, frame.people
                 )
             written.append(fragment.uri)
             records.append(
@@ -253,7 +253,7 @@ class FrameWriter:
         for name, image in images.items():
             uri = self.paths.preview(name, number)
             with writing(uri, number):
-                preview = write_image(uri, image, self.storage_options)
+                preview = write_image(Location(uri, self.storage_options), image)
             written.append(preview.uri)
             records.append(
                 OutputRecord(

@@ -43,6 +43,7 @@ from typing import Any, TypedDict, Unpack
 from schemas import passes as pass_table
 from storage.exr_writer import part_channels
 from storage.layers import ExrLayer as ExrPart
+from storage.location import Location
 from storage.nuke_script import (
     KnobValue,
     NukeNode,
@@ -218,7 +219,7 @@ def write_shot_nuke_script(
     if not exr_layers(passes):
         return None
     script = build_shot_script(paths, frames, passes, image_size=image_size, **image)
-    return write_nuke_script(paths.nuke_script, render(script), storage_options)
+    return write_nuke_script(Location(paths.nuke_script, storage_options), render(script))
 
 
 # -- nodes ---------------------------------------------------------------------------------

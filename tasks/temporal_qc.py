@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from schemas.passes import PASSES, PERSON_MASK_FROM
+from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
@@ -212,14 +213,14 @@ CHANGE = {p.name: CHANGE_BY_METRIC[p.qc] for p in PASSES if p.qc is not None}
 
 def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
     colour = ColourConversion(job.plate_colorspace)
-    group = open_shot_store(job.zarr, "r", job.storage_options or None)
+    group = open_shot_store(Location(job.zarr, job.storage_options or None), "r")
     try:
         index = {int(f): i for i, f in enumerate(np.asarray(group["frame"][:])) if f >= 0}
         for frame, uri in zip(job.frames, job.plate_uris, strict=True):
             if frame not in index:
                 raise ValueError(f"{job.zarr}: frame {frame} is not in the store")
             arrays = {name: np.asarray(group[name][index[frame]]) for name in passes}
-            plate = read_plate_frame(uri, frame, storage_options=job.plate_storage_options or None)
+            plate = read_plate_frame(Location(uri, job.plate_storage_options or None), frame)
             encoded = colour.to_model_encoding(plate.pixels[..., :3])
             yield _proxies(frame, encoded @ _LUMA, arrays)
     finally:
