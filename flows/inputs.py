@@ -45,8 +45,10 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
         raise SpecError("\n".join(problems))
     plate = Location(spec.plate, settings.storage_options_for(spec.plate))
     sequence = discover_sequence(plate, spec.frames)
+    # the settings' options; empty ones mean the environment of whoever writes (a worker)
+    outputs = Location(output_root, settings.storage_options_for(output_root)).or_environment()
     paths = ShotOutputPaths.for_shot(
-        output_root,
+        outputs,
         spec.show,
         spec.sequence,
         spec.shot,

@@ -33,7 +33,6 @@ from schemas.catalog.writer import Catalog
 from schemas.passes import zarr_arrays
 from schemas.summaries import ChunkSummary
 from storage.errors import StorageError, writing
-from storage.location import Location
 from storage.zarr_store import create_shot_store
 from tasks.colour import working_space_for
 from tasks.finalize import FinalizeJob, finalize_shot
@@ -177,7 +176,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
     layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
     redoes them)."""
     args = (
-        Location(plan.paths.zarr, plan.storage_options or None),
+        plan.paths.at(plan.paths.zarr),
         plan.sequence.all_frames,
         plan.plate.height,
         plan.plate.width,
@@ -226,7 +225,6 @@ def _finalize(
         review_clips=plan.spec.review_clips,
         fps=plan.fps,
         only_missing=not new,
-        storage_options=plan.storage_options,
         albedo_colorspace=working_space_for(plan.plate.colorspace),
         keypoints=plan.keypoints,
     )
@@ -245,13 +243,12 @@ def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
     if not qc_passes(plan.spec.passes) or len(frames) < 3:
         return None
     job = QcJob(
-        zarr=plan.paths.zarr,
+        zarr=plan.paths.at(plan.paths.zarr),
         frames=tuple(frames),
         plate_uris=tuple(plan.sequence.uri_for(f) for f in frames),
         plate_colorspace=plan.plate.colorspace,
         passes=tuple(plan.spec.passes),
-        storage_options=dict(plan.storage_options or {}),
-        plate_storage_options=dict(plan.sequence.location.options or {}),
+        plate=plan.plate_location,
     )
     return client.submit(shot_flicker, job, pure=False)
 

@@ -111,7 +111,7 @@ class Location:
     def is_remote(self) -> bool:
         return is_remote(self.uri)
 
-    def storage_options(self) -> dict[str, Any]:
+    def fsspec_options(self) -> dict[str, Any]:
         """The options to hand fsspec: the environment's when ``options`` is None."""
         if self.options is None:
             return default_storage_options(self.uri)
@@ -119,7 +119,7 @@ class Location:
 
     def fs_and_path(self) -> tuple[AbstractFileSystem, str]:
         """The filesystem that serves this location and the path inside it."""
-        fs, path = fsspec.core.url_to_fs(self.uri, **self.storage_options())
+        fs, path = fsspec.core.url_to_fs(self.uri, **self.fsspec_options())
         return fs, path
 
     def join(self, *parts: str) -> Location:

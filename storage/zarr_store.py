@@ -334,7 +334,7 @@ def _store(where: Location, read_only: bool) -> Any:
     shared instance), closed by `close_store` when the caller is done with it."""
     uri = where.uri
     if where.is_remote:
-        options = {**where.storage_options(), "skip_instance_cache": True}
+        options = {**where.fsspec_options(), "skip_instance_cache": True}
         return FsspecStore.from_url(uri, storage_options=options, read_only=read_only)
     path = uri.removeprefix("file://")
     return LocalStore(path, read_only=read_only)

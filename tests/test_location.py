@@ -57,10 +57,10 @@ def test_options_are_frozen_and_never_shared_with_the_caller() -> None:
     given = {"client_kwargs": {"endpoint_url": "http://a"}, "anon": False}
     where = Location("s3://b/k", given)
     given["client_kwargs"]["endpoint_url"] = "http://changed"  # the caller's dict
-    assert where.storage_options()["client_kwargs"]["endpoint_url"] == "http://a"
-    handed = where.storage_options()
+    assert where.fsspec_options()["client_kwargs"]["endpoint_url"] == "http://a"
+    handed = where.fsspec_options()
     handed["client_kwargs"]["endpoint_url"] = "http://mutated"  # what fsspec was given
-    assert where.storage_options()["client_kwargs"]["endpoint_url"] == "http://a"
+    assert where.fsspec_options()["client_kwargs"]["endpoint_url"] == "http://a"
     assert isinstance(where.options, StorageOptions)
     assert isinstance(where.options["client_kwargs"], StorageOptions)
     with pytest.raises(AttributeError):
@@ -80,22 +80,22 @@ def test_equal_locations_hash_alike_and_survive_pickling() -> None:
     for where in (one, Location("/local/x"), Location("s3://b/k", {})):
         back = pickle.loads(pickle.dumps(where))
         assert back == where and type(back.options) is type(where.options)
-    assert pickle.loads(pickle.dumps(one)).storage_options() == one.storage_options()
+    assert pickle.loads(pickle.dumps(one)).fsspec_options() == one.fsspec_options()
 
 
 def test_none_takes_the_environment_an_empty_mapping_does_not(
     no_endpoint_env: pytest.MonkeyPatch,
 ) -> None:
     no_endpoint_env.setenv("SVFX_S3_ENDPOINT_URL", "http://from-env:1")
-    assert Location("s3://b/k").storage_options() == {
+    assert Location("s3://b/k").fsspec_options() == {
         "client_kwargs": {"endpoint_url": "http://from-env:1"}
     }
-    assert Location("s3://b/k", {}).storage_options() == {}
-    assert Location("s3://b/k", ENDPOINT).storage_options() == ENDPOINT
-    assert Location("/local/x").storage_options() == {}
+    assert Location("s3://b/k", {}).fsspec_options() == {}
+    assert Location("s3://b/k", ENDPOINT).fsspec_options() == ENDPOINT
+    assert Location("/local/x").fsspec_options() == {}
     no_endpoint_env.delenv("SVFX_S3_ENDPOINT_URL")
     no_endpoint_env.setenv("AWS_ENDPOINT_URL", "http://aws-env:2")
-    assert Location("s3://b/k").storage_options() == {
+    assert Location("s3://b/k").fsspec_options() == {
         "client_kwargs": {"endpoint_url": "http://aws-env:2"}
     }
 
