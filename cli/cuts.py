@@ -15,7 +15,6 @@ from flows.edit_cuts import CutError, CutOptions, load_cut
 from flows.orchestrator import OrchestratorError, prefect_api
 from flows.plate_template import TemplateError
 from schemas.settings import Settings
-from storage.location import Location
 from storage.sequences import PlateSequence, discover_sequence
 
 from .console import (
@@ -127,7 +126,7 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
     is one line and exit 2."""
 
     def discover(pattern: str) -> PlateSequence:
-        return discover_sequence(Location(pattern, settings.storage_options_for(pattern)))
+        return discover_sequence(settings.location(pattern))
 
     try:
         clips = load_cut(cut, options)

@@ -16,7 +16,6 @@ from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
 from storage.errors import FrameError
 from storage.frame import Frame
-from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.sequences import PlateSequence, discover_sequence
 from storage.uri import is_remote
@@ -43,10 +42,9 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = check_paths(spec, settings.roots, output_root)
     if problems:
         raise SpecError("\n".join(problems))
-    plate = Location(spec.plate, settings.storage_options_for(spec.plate))
-    sequence = discover_sequence(plate, spec.frames)
+    sequence = discover_sequence(settings.location(spec.plate), spec.frames)
     # the settings' options; empty ones mean the environment of whoever writes (a worker)
-    outputs = Location(output_root, settings.storage_options_for(output_root)).or_environment()
+    outputs = settings.location(output_root).or_environment()
     paths = ShotOutputPaths.for_shot(
         outputs,
         spec.show,

@@ -20,7 +20,6 @@ from schemas.spec import ShotSpec
 from schemas.summaries import PlateInfo
 from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
-from storage.location import Location
 from storage.zarr_store import shard_frames, stored_frames_per_shard
 from tasks.checkpoint_choice import resolve_checkpoints
 from tasks.checkpoint_verify import verify_checkpoints
@@ -61,7 +60,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
     )
     paths = inputs.paths
     # the settings' options as they are (the flow's own environment is not consulted here)
-    store = Location(paths.zarr, settings.storage_options_for(inputs.output_root))
+    store = settings.location(inputs.output_root).at(paths.zarr)
     frames_per_shard = stored_frames_per_shard(store) or shard_frames(
         plate.height, plate.width, zarr_arrays(spec.passes), spec.max_people, spec.chunk_frames
     )

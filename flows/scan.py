@@ -33,7 +33,6 @@ import fileseq
 from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, parse_spec
-from storage.location import Location
 from storage.object_listing import ObjectInfo, list_objects
 from storage.retry import RetryPolicy
 
@@ -153,7 +152,7 @@ def find_sequences(
     for prefix in prefixes:
         base = prefix.rstrip("/")
         try:
-            objects = list_objects(Location(base, settings.storage_options_for(base)), policy)
+            objects = list_objects(settings.location(base), policy)
         except OSError as exc:
             report.errors.append(f"{base}: {exc}")
             log.error("scan: %s: %s", base, exc)

@@ -130,3 +130,20 @@ def test_as_location_takes_a_location_or_a_uri_string() -> None:
         as_location(Path("/x"))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Location(Path("/x"))  # type: ignore[arg-type]
+
+
+def test_the_settings_give_explicit_options(no_endpoint_env: pytest.MonkeyPatch) -> None:
+    from schemas.settings import Settings
+
+    with_endpoint = Settings(s3_endpoint_url="http://minio:9000")
+    assert with_endpoint.location("s3://b/k") == Location(
+        "s3://b/k", {"client_kwargs": {"endpoint_url": "http://minio:9000"}}
+    )
+    assert with_endpoint.location("/local/x") == Location("/local/x", {})
+    no_endpoint_env.setenv("AWS_ENDPOINT_URL", "http://aws-env:2")  # not the settings'
+    without = Settings(s3_endpoint_url=None)
+    assert without.location("s3://b/k") == Location("s3://b/k", {})
+    assert without.location("s3://b/k").fsspec_options() == {}
+    assert without.location("s3://b/k").or_environment().fsspec_options() == {
+        "client_kwargs": {"endpoint_url": "http://aws-env:2"}
+    }
