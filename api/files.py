@@ -27,7 +27,6 @@ from api.responses import Problem
 from schemas.catalog import queries
 from schemas.settings import Settings
 from schemas.spec import NAME, is_under
-from storage.uri import filesystem_for
 from tasks.output_paths import ShotOutputPaths
 
 router = APIRouter(prefix="/files", tags=["files"], responses=INVALID)
@@ -145,7 +144,7 @@ def _read_local(real: str) -> bytes:
 
 
 def _read_remote(settings: Settings, uri: str) -> bytes:
-    fs, path = filesystem_for(uri, settings.storage_options_for(uri))
+    fs, path = settings.location(uri).fs_and_path()
     try:
         with fs.open(path, "rb") as file:
             return bytes(file.read(MAX_IMAGE_BYTES + 1))
@@ -183,7 +182,7 @@ def image_exists(settings: Settings, uri: str) -> bool:
         return False
     if local_path(uri) is not None:
         return os.path.isfile(where)
-    fs, path = filesystem_for(where, settings.storage_options_for(where))
+    fs, path = settings.location(where).fs_and_path()
     return bool(fs.isfile(path))
 
 

@@ -105,6 +105,7 @@ def chunk_job(
     """A chunk job of every frame, its store created, with stand-in checkpoint facts."""
     from schemas.passes import model_task
     from schemas.spec import parse_spec
+    from storage.location import Location
     from storage.zarr_store import create_shot_store, shard_frames
     from tasks.checkpoints import CheckpointRef
     from tasks.chunk_worker import ChunkJob
@@ -141,6 +142,7 @@ def chunk_job(
         index=0,
         frames=numbers,
         plate_uris=tuple(pattern.replace("####", f"{n:04d}") for n in numbers),
+        plate=Location(pattern),
         store_indices=tuple(range(frames)),
         spec=shot.model_dump(mode="json"),
         plate_colorspace="Linear Rec.709 (sRGB)",
@@ -168,7 +170,7 @@ def staged(job: Any, predictor: Any, stages: Stages) -> None:
     size_encoder_threads()
     spec = ShotSpec.model_validate(job.spec)
     colour = ColourConversion(job.plate_colorspace)
-    reader = FrameReader(spec, colour, job.frame_hw, ["0" * 64])
+    reader = FrameReader(spec, colour, job.frame_hw, ["0" * 64], plate=job.plate)
     inference = FrameInference(spec, predictor, SEG_CLASSES)
     store = zarr_writer.ShotStoreWriter(job.paths.zarr)
     context = ChunkContext("bench", {}, {}, {}, {})

@@ -137,10 +137,9 @@ def run(url: str, catalog_url: str, settings: Any, loader: Any, args: Any) -> No
     from flows.plate_template import PlateTemplate
     from flows.scan import ScanDefaults, ScanReport, find_sequences, scan_bucket
     from schemas.catalog import open_catalog
-    from storage.uri import filesystem_for
 
     catalog = open_catalog(catalog_url)
-    scan_fs, _ = filesystem_for(url, settings.storage_options_for(url))
+    scan_fs, _ = settings.location(url).fs_and_path()
     counter = RequestCounter(scan_fs)
 
     class NoSubmit:

@@ -19,6 +19,7 @@ import numpy as np
 import OpenEXR
 
 from schemas.passes import zarr_arrays
+from storage.location import Location
 from storage.zarr_store import create_shot_store
 from storage.zarr_writer import write_frame
 from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, shot_flicker
@@ -90,11 +91,12 @@ def write_synthetic_shot(root: Path) -> QcJob:
         uris.append(str(uri))
         write_frame(zarr, index, passes)
     return QcJob(
-        zarr=zarr,
+        zarr=Location(zarr),
         frames=tuple(FRAMES),
         plate_uris=tuple(uris),
         plate_colorspace="lin_rec709",
         passes=(*QC_PASSES, "pose"),
+        plate=Location(str(root / "plate.####.exr")),
     )
 
 

@@ -131,7 +131,7 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
     is one line and exit 2."""
 
     def discover(pattern: str) -> PlateSequence:
-        return discover_sequence(pattern, None, settings.storage_options_for(pattern))
+        return discover_sequence(settings.location(pattern))
 
     try:
         clips = load_cut(cut, options)

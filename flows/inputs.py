@@ -42,9 +42,11 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = check_paths(spec, settings.roots, output_root)
     if problems:
         raise SpecError("\n".join(problems))
-    sequence = discover_sequence(spec.plate, spec.frames, settings.storage_options_for(spec.plate))
+    sequence = discover_sequence(settings.location(spec.plate), spec.frames)
+    # the settings' options; empty ones mean the environment of whoever writes (a worker)
+    outputs = settings.location(output_root).or_environment()
     paths = ShotOutputPaths.for_shot(
-        output_root,
+        outputs,
         spec.show,
         spec.sequence,
         spec.shot,
@@ -111,8 +113,7 @@ def first_readable(sequence: PlateSequence) -> Frame:
     errors: list[str] = []
     for frame in sequence.frames[:5]:
         try:
-            uri = sequence.uri_for(frame)
-            return read_plate_frame(uri, frame, storage_options=sequence.storage_options)
+            return read_plate_frame(sequence.location_of(frame), frame)
         except FrameError as exc:
             errors.append(str(exc))
     lines = "\n  ".join(errors)

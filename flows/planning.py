@@ -59,8 +59,9 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         fingerprints=sequence_fingerprints(sequence),
     )
     paths = inputs.paths
-    storage_options = settings.storage_options_for(inputs.output_root)
-    frames_per_shard = stored_frames_per_shard(paths.zarr, storage_options) or shard_frames(
+    # the settings' options as they are (the flow's own environment is not consulted here)
+    store = settings.location(inputs.output_root).at(paths.zarr)
+    frames_per_shard = stored_frames_per_shard(store) or shard_frames(
         plate.height, plate.width, zarr_arrays(spec.passes), spec.max_people, spec.chunk_frames
     )
     return ShotPlan(
@@ -71,7 +72,6 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         checkpoints=choice.checkpoints,
         checkpoint_note=choice.reason,
         colour_note=inputs.colour_note,
-        storage_options=storage_options,
         fps=_fps(header),
         frames_per_shard=frames_per_shard,
         qc_threshold=settings.qc_flicker_threshold,

@@ -29,7 +29,7 @@ from schemas.passes import expected_outputs as pass_outputs
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
-from storage.uri import filesystem_for
+from storage.location import Location
 from storage.zarr_store import committed_frames
 from tasks.frame_records import FrameRecordError, read_frame_record
 
@@ -48,11 +48,11 @@ def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
 
 def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
     """Split the plate's present frames into to do, skipped and adopted (see the module)."""
-    spec, paths, options = plan.spec, plan.paths, plan.storage_options or None
+    spec, paths = plan.spec, plan.paths
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
     recorded = catalog.frame_outputs(spec.show, spec.sequence, spec.shot, paths.root + "/")
-    on_disk = files_under(paths.root, options)
-    committed = committed_frames(paths.zarr, options)
+    on_disk = files_under(paths.location)
+    committed = committed_frames(paths.at(paths.zarr))
     wanted = expected_outputs(plan)
     todo: list[int] = []
     skipped: list[int] = []
@@ -82,10 +82,10 @@ def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
     return Work(tuple(todo), tuple(skipped), adopted, redone)
 
 
-def files_under(root: str, options: dict[str, Any] | None) -> dict[str, int]:
+def files_under(root: Location) -> dict[str, int]:
     """Normalised URI -> size of every file under ``root`` (one listing; nothing when the
     folder does not exist)."""
-    fs, path = filesystem_for(root, options)
+    fs, path = root.fs_and_path()
     try:
         fs.invalidate_cache(path)
         found = fs.find(path, detail=True)
@@ -134,9 +134,8 @@ def _adoptable(
     """The frame's record as a one-frame chunk summary when every output it lists is on disk
     as it says (size and sha256) with the key expected now; None otherwise (with the reason
     logged)."""
-    options = plan.storage_options or None
     try:
-        summary, context = read_frame_record(record, options)
+        summary, context = read_frame_record(plan.paths.at(record))
         problem = _record_problem(plan, summary, fingerprint, wanted, on_disk, committed_key)
     except (FrameRecordError, StorageError, OSError) as exc:
         problem = str(exc)
@@ -175,6 +174,6 @@ def _record_problem(
             return f"{out.uri} is missing or has another size"
     files = {out.uri: out.sha256 for out in summary.outputs if out.kind in FILE_KINDS}
     for uri, sha in files.items():
-        if sha256_file(uri, plan.storage_options or None) != sha:
+        if sha256_file(plan.paths.at(uri)) != sha:
             return f"{uri} does not match its recorded sha256"
     return ""

@@ -152,7 +152,7 @@ def find_sequences(
     for prefix in prefixes:
         base = prefix.rstrip("/")
         try:
-            objects = list_objects(base, settings.storage_options_for(base), policy)
+            objects = list_objects(settings.location(base), policy)
         except OSError as exc:
             report.errors.append(f"{base}: {exc}")
             log.error("scan: %s: %s", base, exc)

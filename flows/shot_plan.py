@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from schemas.passes import first_of_kind
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, PlateInfo
+from storage.location import Location
 from storage.sequences import PlateSequence
 from storage.zarr_store import KEYPOINTS, shard_of
 from tasks.checkpoints import CheckpointRef, seg_class_names
@@ -23,14 +23,19 @@ class ShotPlan:
     spec: ShotSpec
     sequence: PlateSequence
     plate: PlateInfo
-    paths: ShotOutputPaths
+    paths: ShotOutputPaths  # the outputs, with the options that reach them
     checkpoints: dict[str, CheckpointRef]
     checkpoint_note: str  # which checkpoints, and why (the size `auto` chose)
     colour_note: str
-    storage_options: dict[str, Any]
     fps: float = 24.0  # the plate's framesPerSecond, for review clips
     frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
     qc_threshold: float = 3.0  # flicker score above which a frame is flagged (settings)
+
+    @property
+    def plate_location(self) -> Location:
+        """The plate as the workers reach it: with the options it was listed with, empty
+        ones meaning each worker's environment (`Location.or_environment`)."""
+        return self.sequence.location.or_environment()
 
     @property
     def untrained(self) -> list[str]:
@@ -68,16 +73,15 @@ class ShotPlan:
                     index=chunk_index,
                     frames=frames,
                     plate_uris=tuple(self.sequence.uri_for(f) for f in frames),
+                    plate=self.plate_location,
                     store_indices=tuple(indices),
                     spec=self.spec.model_dump(mode="json"),
                     plate_colorspace=self.plate.colorspace,
                     checkpoints=self.checkpoints,
                     paths=self.paths,
                     frame_hw=(self.plate.height, self.plate.width),
-                    storage_options=self.storage_options,
                     provenance=provenance,
                     fingerprints={f: self.plate.fingerprints[f][1] for f in frames},
-                    plate_storage_options=dict(self.sequence.storage_options or {}),
                 )
             )
         return jobs

@@ -176,7 +176,7 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
     layout and was replaced (its frames' commit marks are gone with it, so `flows.resume`
     redoes them)."""
     args = (
-        plan.paths.zarr,
+        plan.paths.at(plan.paths.zarr),
         plan.sequence.all_frames,
         plan.plate.height,
         plan.plate.width,
@@ -185,15 +185,14 @@ def create_store(plan: ShotPlan, provenance: dict[str, str]) -> bool:
         provenance,
         plan.frames_per_shard,
     )
-    options = plan.storage_options or None
     sizes: dict[str, Any] = {"keypoints": plan.keypoints, "seg_classes": plan.seg_classes}
     with writing(plan.paths.zarr, None):
         try:
-            create_shot_store(*args, storage_options=options, **sizes)
+            create_shot_store(*args, **sizes)
             return False
         except StorageError as exc:
             log.warning("%s; replacing it and redoing every frame", exc)
-            create_shot_store(*args, storage_options=options, overwrite=True, **sizes)
+            create_shot_store(*args, overwrite=True, **sizes)
             return True
 
 
@@ -226,7 +225,6 @@ def _finalize(
         review_clips=plan.spec.review_clips,
         fps=plan.fps,
         only_missing=not new,
-        storage_options=plan.storage_options,
         albedo_colorspace=working_space_for(plan.plate.colorspace),
         keypoints=plan.keypoints,
     )
@@ -245,13 +243,12 @@ def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
     if not qc_passes(plan.spec.passes) or len(frames) < 3:
         return None
     job = QcJob(
-        zarr=plan.paths.zarr,
+        zarr=plan.paths.at(plan.paths.zarr),
         frames=tuple(frames),
         plate_uris=tuple(plan.sequence.uri_for(f) for f in frames),
         plate_colorspace=plan.plate.colorspace,
         passes=tuple(plan.spec.passes),
-        storage_options=dict(plan.storage_options or {}),
-        plate_storage_options=dict(plan.sequence.storage_options or {}),
+        plate=plan.plate_location,
     )
     return client.submit(shot_flicker, job, pure=False)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -28,6 +28,9 @@ from pydantic_settings import (
 )
 
 from schemas.spec import ShotSpec
+
+if TYPE_CHECKING:
+    from storage.location import Location
 
 
 def default_home() -> Path:
@@ -133,12 +136,16 @@ class Settings(BaseSettings):
             return list(self.allowed_roots)
         return [str(self.home), str(Path.cwd())]
 
-    def storage_options_for(self, uri: str) -> dict[str, Any]:
-        """fsspec options for ``uri``: the S3 endpoint for ``s3://`` URIs (credentials come
-        from the usual AWS variables), nothing for local paths."""
+    def location(self, uri: str) -> Location:
+        """``uri`` with the fsspec options these settings give it: the S3 endpoint for
+        ``s3://`` URIs (credentials come from the usual AWS variables), none otherwise. The
+        options are explicit, even when empty (the environment's endpoint is not consulted);
+        `Location.or_environment` hands empty ones to workers as "from your environment"."""
+        from storage.location import Location  # a value; fsspec only when a command uses it
+
         if uri.startswith("s3://") and self.s3_endpoint_url:
-            return {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}}
-        return {}
+            return Location(uri, {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}})
+        return Location(uri, {})
 
 
 def load_settings(**overrides: Any) -> Settings:

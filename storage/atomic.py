@@ -34,7 +34,7 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 from storage.errors import StorageError
-from storage.uri import filesystem_for
+from storage.location import Where, as_location
 
 # fsspec protocols whose "write one object" is all-or-nothing (see the module docstring).
 _OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "az", "memory"})
@@ -51,14 +51,14 @@ class WriteResult:
     size: int
 
 
-def atomic_write_bytes(
-    uri: str, data: bytes | bytearray | memoryview, storage_options: dict[str, Any] | None = None
-) -> WriteResult:
-    """Write `data` to `uri` so that readers never see a partial file."""
+def atomic_write_bytes(where: Where, data: bytes | bytearray | memoryview) -> WriteResult:
+    """Write `data` to `where` so that readers never see a partial file."""
+    where = as_location(where)
+    uri = where.uri
     _require_supported(uri)
     payload = bytes(data)
     digest = hashlib.sha256(payload).hexdigest()
-    fs, path = filesystem_for(uri, storage_options)
+    fs, path = where.fs_and_path()
     try:
         if isinstance(fs, LocalFileSystem):
             _commit_local(Path(path), lambda handle: handle.write(payload))
@@ -72,11 +72,12 @@ def atomic_write_bytes(
 class AtomicOpen:
     """Context manager behind `atomic_open`; `result` holds the WriteResult after commit."""
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.uri = uri
+    def __init__(self, where: Where) -> None:
+        where = as_location(where)
+        self.uri = where.uri
         self.result: WriteResult | None = None
-        _require_supported(uri)
-        self._fs, self._path = filesystem_for(uri, storage_options)
+        _require_supported(where.uri)
+        self._fs, self._path = where.fs_and_path()
         self._local = isinstance(self._fs, LocalFileSystem)
         self._temp_path: Path | None = None
         self._handle: IO[bytes] | None = None
@@ -122,22 +123,22 @@ class AtomicOpen:
                 temp_path.unlink()
 
 
-def atomic_open(uri: str, storage_options: dict[str, Any] | None = None) -> AtomicOpen:
-    """Open `uri` for writing as a binary file that appears only when the block succeeds.
+def atomic_open(where: Where) -> AtomicOpen:
+    """Open `where` for writing as a binary file that appears only when the block succeeds.
 
     Usage: `writer = atomic_open(uri)`, `with writer as handle: handle.write(...)`, then
     `writer.result` is the WriteResult. An exception inside the block leaves nothing behind
     (the previous version, if any, stays). The handle is a real seekable file.
     """
-    return AtomicOpen(uri, storage_options)
+    return AtomicOpen(where)
 
 
-def atomic_upload_file(
-    local_path: str | os.PathLike[str], uri: str, storage_options: dict[str, Any] | None = None
-) -> WriteResult:
-    """Copy a finished local file to `uri` atomically (for encoders that need a real path)."""
+def atomic_upload_file(local_path: str | os.PathLike[str], where: Where) -> WriteResult:
+    """Copy a finished local file to `where` atomically (for encoders that need a real path)."""
+    where = as_location(where)
+    uri = where.uri
     _require_supported(uri)
-    fs, path = filesystem_for(uri, storage_options)
+    fs, path = where.fs_and_path()
     if not isinstance(fs, LocalFileSystem):  # one upload straight from the finished file
         digest, size = _hash_file(Path(local_path))
         try:
@@ -145,7 +146,7 @@ def atomic_upload_file(
         except Exception as exc:
             raise StorageError(f"{uri}: upload failed: {exc}") from exc
         return WriteResult(uri=uri, sha256=digest, size=size)
-    writer = atomic_open(uri, storage_options)
+    writer = atomic_open(where)
     with writer as handle, open(local_path, "rb") as source:
         while block := source.read(_HASH_BLOCK):
             handle.write(block)

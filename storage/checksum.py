@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from storage.errors import reading
-from storage.uri import filesystem_for
+from storage.location import Where, as_location
 
 # 8 MiB: few round trips on S3, small enough to keep memory flat however big the file.
 BLOCK_SIZE = 8 * 1024 * 1024
@@ -17,17 +16,16 @@ def sha256_bytes(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(
-    uri: str, storage_options: dict[str, Any] | None = None, *, frame: int | None = None
-) -> str:
+def sha256_file(where: Where, *, frame: int | None = None) -> str:
     """Hex SHA-256 of a file, read in `BLOCK_SIZE` blocks so memory stays flat.
 
-    Raises FrameError (naming `uri` and `frame`) when the file cannot be read.
+    Raises FrameError (naming the URI and `frame`) when the file cannot be read.
     """
-    fs, path = filesystem_for(uri, storage_options)
+    where = as_location(where)
+    fs, path = where.fs_and_path()
     digest = hashlib.sha256()
     with (
-        reading(uri, frame, prefix="cannot checksum: ", failed="read failed"),
+        reading(where.uri, frame, prefix="cannot checksum: ", failed="read failed"),
         fs.open(path, "rb", block_size=BLOCK_SIZE) as handle,
     ):
         while block := handle.read(BLOCK_SIZE):

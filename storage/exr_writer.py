@@ -59,6 +59,7 @@ from storage.atomic import WriteResult, atomic_open
 from storage.errors import FrameError
 from storage.frame import Box, Frame
 from storage.layers import ExrLayer
+from storage.location import Where, as_location
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ _PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
 
 
 def write_passes_exr(
-    uri: str,
+    where: Where,
     plate: Frame,
     layers: Sequence[ExrLayer],
     parts: Mapping[str, Mapping[str, np.ndarray]],
@@ -111,9 +112,8 @@ def write_passes_exr(
     *,
     class_names: Sequence[str] | None = None,
     scene_linear_id: str = "lin_ap1_scene",
-    storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
-    """Write one frame's parts as a multi-part EXR at `uri`, atomically (local or S3).
+    """Write one frame's parts as a multi-part EXR at `where`, atomically (local or S3).
 
     `layers` are the parts the file may hold, in the order they are written; `parts` maps
     the names of those given to their channels, already in the layer's pixel type and
@@ -128,6 +128,8 @@ def write_passes_exr(
     every part; `sapiens2/cameraAxes` defaults to DEFAULT_CAMERA_AXES. Raises FrameError
     naming the file and frame on bad input.
     """
+    where = as_location(where)
+    uri = where.uri
     exr = _build_file(
         plate,
         layers,
@@ -138,7 +140,7 @@ def write_passes_exr(
         uri=uri,
     )
     # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
-    writer = atomic_open(uri, storage_options)
+    writer = atomic_open(where)
     with writer as handle:
         _encode(exr, handle, uri, plate.frame)
     assert writer.result is not None

@@ -32,9 +32,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from storage.atomic import atomic_write_bytes
+from storage.location import Where
 
 KnobValue = str | int | float | bool
 KnobItems = tuple[tuple[str, KnobValue], ...]
@@ -189,12 +190,11 @@ def tcl_literal(text: str) -> str:
     return re.sub(r"([\\\[$])", r"\\\1", text)
 
 
-def write_nuke_script(uri: str, text: str, storage_options: dict[str, Any] | None = None) -> str:
-    """Write script `text` to `uri` (local path or object store) atomically; returns `uri`.
-
-    Raises StorageError naming the file when it cannot be written.
+def write_nuke_script(where: Where, text: str) -> str:
+    """Write script `text` to `where` (local path or object store) atomically; returns its
+    URI. Raises StorageError naming the file when it cannot be written.
     """
-    return atomic_write_bytes(uri, text.encode("utf-8"), storage_options).uri
+    return atomic_write_bytes(where, text.encode("utf-8")).uri
 
 
 def _block(cls: str, knobs: Iterable[tuple[str, KnobValue]]) -> list[str]:

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from .fingerprint import fingerprint_of
+from .location import Where, as_location
 from .retry import RetriesExhausted, RetryPolicy, with_retries
-from .uri import filesystem_for
 
 
 class ListingError(RetriesExhausted):
@@ -32,14 +32,12 @@ class ObjectInfo:
     modified: float | None  # seconds since the epoch
 
 
-def list_objects(
-    prefix: str,
-    storage_options: dict[str, Any] | None = None,
-    policy: RetryPolicy | None = None,
-) -> list[ObjectInfo]:
-    """Every object under ``prefix`` (recursively), sorted by key. A prefix that does not
-    exist lists as empty; other failures raise ListingError after the retries."""
-    fs, root = filesystem_for(prefix, storage_options)
+def list_objects(where: Where, policy: RetryPolicy | None = None) -> list[ObjectInfo]:
+    """Every object under the prefix ``where`` (recursively), sorted by key. A prefix that
+    does not exist lists as empty; other failures raise ListingError after the retries."""
+    where = as_location(where)
+    prefix = where.uri
+    fs, root = where.fs_and_path()
     root = root.rstrip("/")
     scheme = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
 

@@ -14,15 +14,15 @@ from __future__ import annotations
 import io
 import os
 import tempfile
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from storage.errors import FrameError, reading
 from storage.exr_reader import EXR_MAGIC, read_exr
 from storage.frame import Frame
+from storage.location import Where, as_location
 from storage.retry import RetryPolicy, with_retries
-from storage.uri import filesystem_for, is_remote
 
 NonFinitePolicy = Literal["error", "zero"]
 NONFINITE_ATTRIBUTE = "svfx/nonfinitePixelsZeroed"
@@ -30,10 +30,9 @@ _EXR_SUFFIXES = (".exr", ".sxr")
 
 
 def read_plate_frame(
-    uri: str,
+    where: Where,
     frame: int | None = None,
     layer: str | None = None,
-    storage_options: dict[str, Any] | None = None,
     nonfinite: NonFinitePolicy = "error",
 ) -> Frame:
     """Read one frame; `layer` picks an EXR layer or part (default: R,G,B[,A]).
@@ -43,10 +42,12 @@ def read_plate_frame(
     Every failure is a FrameError naming the file, the frame and the reason.
     """
     _check_policy(nonfinite)
-    if is_remote(uri):
-        data = fetch_bytes(uri, storage_options, frame=frame)
+    where = as_location(where)
+    uri = where.uri
+    if where.is_remote:
+        data = fetch_bytes(where, frame=frame)
         return decode_frame(data, uri, frame=frame, layer=layer, nonfinite=nonfinite)
-    _, path = filesystem_for(uri, storage_options)
+    _, path = where.fs_and_path()
     magic = _local_magic(path, uri, frame)
     if magic == EXR_MAGIC:
         decoded = read_exr(path, uri, frame, layer)
@@ -60,13 +61,13 @@ def read_plate_frame(
 READ_RETRY = RetryPolicy(attempts=6, first_wait_s=0.5, max_wait_s=8.0, deadline_s=60.0)
 
 
-def fetch_bytes(
-    uri: str, storage_options: dict[str, Any] | None = None, *, frame: int | None = None
-) -> bytes:
-    """The whole object at `uri`; FrameError when it is gone, forbidden or unreadable."""
-    fs, path = filesystem_for(uri, storage_options)
+def fetch_bytes(where: Where, *, frame: int | None = None) -> bytes:
+    """The whole object at `where`; FrameError when it is gone, forbidden or unreadable."""
+    where = as_location(where)
+    uri = where.uri
+    fs, path = where.fs_and_path()
     with reading(uri, frame, not_found="file not found (removed after the sequence was listed?)"):
-        if not is_remote(uri):
+        if not where.is_remote:
             return bytes(fs.cat_file(path))
         # object stores throttle and drop connections: wait and retry within a bound
         return bytes(with_retries(lambda: fs.cat_file(path), f"reading {uri}", READ_RETRY))

@@ -34,7 +34,8 @@ import numpy as np
 from storage.atomic import WriteResult, atomic_open, atomic_write_bytes
 from storage.errors import FrameError, StorageError
 from storage.frame import Box
-from storage.uri import filesystem_for, join
+from storage.location import Location, Where, as_location
+from storage.uri import join
 
 POSE_FORMAT = "sapiens2-pose/1"
 FRAGMENT_FORMAT = "sapiens2-pose-frame/1"
@@ -97,18 +98,19 @@ def person_record(person: Any, keypoint_count: int | None = None) -> dict[str, A
 
 
 def write_pose_json(
-    uri: str,
+    where: Where,
     frames: Iterable[tuple[int, Sequence[Any] | None]],
     header: PoseHeader,
-    storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
-    """Stream (frame, people) pairs into the shot's pose JSON, atomically.
+    """Stream (frame, people) pairs into the shot's pose JSON at `where`, atomically.
 
     `people` is a list of persons, or None for a frame whose pose is missing.
     """
+    where = as_location(where)
+    uri = where.uri
     opening = header.opening()
     keypoint_count = len(header.keypoint_names)
-    writer = atomic_open(uri, storage_options)
+    writer = atomic_open(where)
     missing: list[int] = []
     seen: set[int] = set()
     with writer as handle:
@@ -138,34 +140,32 @@ def fragment_uri(fragments_uri: str, frame: int) -> str:
     return join(fragments_uri, f"pose.{int(frame)}.json")
 
 
-def write_pose_fragment(
-    fragments_uri: str,
-    frame: int,
-    people: Sequence[Any],
-    storage_options: dict[str, Any] | None = None,
-) -> WriteResult:
-    """Worker side: one frame's people as a small JSON file under `fragments_uri`."""
-    uri = fragment_uri(fragments_uri, frame)
+def _fragment(fragments: Location, frame: int) -> Location:
+    return fragments.at(fragment_uri(fragments.uri, frame))
+
+
+def write_pose_fragment(fragments: Where, frame: int, people: Sequence[Any]) -> WriteResult:
+    """Worker side: one frame's people as a small JSON file under `fragments`."""
+    where = _fragment(as_location(fragments), frame)
+    uri = where.uri
     try:
         records = [person_record(person) for person in people]
     except ValueError as exc:
         raise FrameError(uri, frame, f"bad pose record: {exc}") from exc
     payload = {"format": FRAGMENT_FORMAT, "frame": int(frame), "people": records}
-    return atomic_write_bytes(uri, json.dumps(payload, allow_nan=False).encode(), storage_options)
+    return atomic_write_bytes(where, json.dumps(payload, allow_nan=False).encode())
 
 
 def assemble_pose_json(
-    uri: str,
-    fragments_uri: str,
-    frames: Sequence[int],
-    header: PoseHeader,
-    storage_options: dict[str, Any] | None = None,
+    where: Where, fragments: Where, frames: Sequence[int], header: PoseHeader
 ) -> WriteResult:
-    """Flow side: stream the per-frame fragments into the shot JSON; absent ones are missing."""
-    fs, _ = filesystem_for(fragments_uri, storage_options)
+    """Flow side: stream the per-frame fragments (under `fragments`) into the shot JSON at
+    `where`; absent ones are missing."""
+    fragments = as_location(fragments)
+    fs, _ = fragments.fs_and_path()
 
     def load(frame: int) -> tuple[int, list[dict[str, Any]] | None]:
-        path = filesystem_for(fragment_uri(fragments_uri, frame), storage_options)[1]
+        path = _fragment(fragments, frame).fs_and_path()[1]
         try:
             with fs.open(path, "rb") as handle:
                 payload = json.load(handle)
@@ -178,12 +178,14 @@ def assemble_pose_json(
         except (KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{path}: malformed pose fragment: {exc}") from exc
 
-    return write_pose_json(uri, (load(int(frame)) for frame in frames), header, storage_options)
+    return write_pose_json(where, (load(int(frame)) for frame in frames), header)
 
 
-def read_pose_json(uri: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def read_pose_json(where: Where) -> dict[str, Any]:
     """The parsed pose JSON (plain `json.load`; nothing platform-specific is needed)."""
-    fs, path = filesystem_for(uri, storage_options)
+    where = as_location(where)
+    uri = where.uri
+    fs, path = where.fs_and_path()
     with fs.open(path, "rb") as handle:
         data = json.load(handle)
     if data.get("format") != POSE_FORMAT:

@@ -17,7 +17,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from storage.atomic import WriteResult, atomic_write_bytes
 from storage.layers import PreviewKind
-from storage.uri import filesystem_for
+from storage.location import Location, Where, as_location
 
 MAX_SIDE = 512
 RGB = tuple[int, int, int]
@@ -248,38 +248,38 @@ def encode_image(rgb: np.ndarray, image_format: str = "png", quality: int = 90) 
     return buffer.getvalue()
 
 
-def write_image(
-    uri: str, rgb: np.ndarray, storage_options: dict[str, Any] | None = None
-) -> WriteResult:
+def write_image(where: Where, rgb: np.ndarray) -> WriteResult:
     """Encode as the URI's extension says (.png, .jpg, .jpeg) and write atomically."""
+    where = as_location(where)
+    uri = where.uri
     extension = uri.rsplit(".", 1)[-1] if "." in uri.rsplit("/", 1)[-1] else ""
-    return atomic_write_bytes(uri, encode_image(rgb, extension), storage_options)
+    return atomic_write_bytes(where, encode_image(rgb, extension))
 
 
-def read_preview(uri: str, storage_options: dict[str, Any] | None = None) -> np.ndarray:
+def read_preview(where: Where) -> np.ndarray:
     """A preview back as uint8 RGB (used for contact sheets built from written thumbnails)."""
-    fs, path = filesystem_for(uri, storage_options)
+    fs, path = as_location(where).fs_and_path()
     with fs.open(path, "rb") as handle:
         return np.asarray(Image.open(handle).convert("RGB"))
 
 
 def contact_sheet(
-    items: Sequence[tuple[int, np.ndarray | str]],
+    items: Sequence[tuple[int, np.ndarray | Location | str]],
     *,
     columns: int = 8,
     cell_max_side: int = 256,
     max_cells: int = 96,
-    storage_options: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """A grid of thumbnails labelled with their frame numbers.
 
-    `items` are (frame, uint8 RGB image or URI of a written preview); images are loaded one
-    at a time. Longer shots are sampled evenly down to `max_cells` cells (first and last kept).
+    `items` are (frame, uint8 RGB image or the location of a written preview); images are
+    loaded one at a time. Longer shots are sampled evenly down to `max_cells` cells (first
+    and last kept).
     """
     if not items:
         raise ValueError("a contact sheet needs at least one frame")
     chosen = _even_sample(len(items), max_cells)
-    first = _load(items[chosen[0]][1], storage_options)
+    first = _load(items[chosen[0]][1])
     cell_w, cell_h = thumbnail_size(first.shape[1], first.shape[0], cell_max_side)
     font = ImageFont.load_default(size=max(10, cell_h // 10))
     label_h = font.size + 6
@@ -294,7 +294,7 @@ def contact_sheet(
     draw = ImageDraw.Draw(sheet)
     for slot, index in enumerate(chosen):
         frame, source = items[index]
-        image = first if slot == 0 else _load(source, storage_options)
+        image = first if slot == 0 else _load(source)
         tile = Image.fromarray(image).resize((cell_w, cell_h), Image.Resampling.LANCZOS)
         left = gap + (slot % columns) * (cell_w + gap)
         top = gap + (slot // columns) * (cell_h + label_h + gap)
@@ -304,23 +304,16 @@ def contact_sheet(
 
 
 def write_contact_sheet(
-    uri: str,
-    items: Sequence[tuple[int, np.ndarray | str]],
+    where: Where,
+    items: Sequence[tuple[int, np.ndarray | Location | str]],
     *,
     columns: int = 8,
     cell_max_side: int = 256,
     max_cells: int = 96,
-    storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
     """Build `contact_sheet(items)` and write it (PNG or JPEG by extension) atomically."""
-    sheet = contact_sheet(
-        items,
-        columns=columns,
-        cell_max_side=cell_max_side,
-        max_cells=max_cells,
-        storage_options=storage_options,
-    )
-    return write_image(uri, sheet, storage_options)
+    sheet = contact_sheet(items, columns=columns, cell_max_side=cell_max_side, max_cells=max_cells)
+    return write_image(where, sheet)
 
 
 def srgb_encode(linear: np.ndarray) -> np.ndarray:
@@ -342,9 +335,9 @@ def _even_sample(count: int, limit: int) -> list[int]:
     return sorted({round(i * (count - 1) / (limit - 1)) for i in range(limit)})
 
 
-def _load(source: np.ndarray | str, storage_options: dict[str, Any] | None) -> np.ndarray:
-    if isinstance(source, str):
-        return read_preview(source, storage_options)
+def _load(source: np.ndarray | Location | str) -> np.ndarray:
+    if isinstance(source, Location | str):
+        return read_preview(source)
     return plate_rgb(source)
 
 

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import imageio_ffmpeg
 import numpy as np
@@ -23,11 +23,12 @@ from PIL import Image, ImageDraw, ImageFont
 from storage.atomic import WriteResult, atomic_upload_file
 from storage.errors import StorageError
 from storage.exr_writer import to_rational
+from storage.location import Where, as_location
 from storage.previews import MAX_SIDE, plate_rgb, thumbnail_size
 
 
 class ReviewClipWriter:
-    """Encode frames into an MP4 at `uri`; use as a context manager, then read `result`.
+    """Encode frames into an MP4 at `where`; use as a context manager, then read `result`.
 
     Every frame is scaled to the clip size (`width` x `height`, rounded down to even numbers
     as yuv420p needs) and gets `label frame` burnt into its lower-left corner. An exception
@@ -36,22 +37,21 @@ class ReviewClipWriter:
 
     def __init__(
         self,
-        uri: str,
+        where: Where,
         width: int,
         height: int,
         fps: float | Fraction = 24,
         *,
         label: str = "",
         crf: int = 18,
-        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.uri = uri
+        self.where = as_location(where)
+        self.uri = self.where.uri
         self.width = max(2, width - width % 2)
         self.height = max(2, height - height % 2)
         self.fps = to_rational(fps)
         self.label = label
         self.crf = crf
-        self.storage_options = storage_options
         self.frames_written = 0
         self.result: WriteResult | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -128,7 +128,7 @@ class ReviewClipWriter:
                     f"{self.uri}: ffmpeg failed (exit {code}, {self.frames_written} frames): "
                     f"{self._ffmpeg_log()}"
                 )
-            self.result = atomic_upload_file(self._output, self.uri, self.storage_options)
+            self.result = atomic_upload_file(self._output, self.where)
         finally:
             self._log.close()
             self._workdir.cleanup()
@@ -153,16 +153,17 @@ class ReviewClipWriter:
 
 
 def write_review_clip(
-    uri: str,
+    where: Where,
     frames: Iterable[tuple[int, np.ndarray]],
     *,
     fps: float | Fraction = 24,
     max_side: int = MAX_SIDE,
     pixel_aspect: float = 1.0,
     label: str = "",
-    storage_options: dict[str, Any] | None = None,
 ) -> WriteResult:
     """Encode (frame number, image) pairs into an MP4; the clip size comes from the first image."""
+    where = as_location(where)
+    uri = where.uri
     iterator = iter(frames)
     try:
         first_frame, first_image = next(iterator)
@@ -170,9 +171,7 @@ def write_review_clip(
         raise StorageError(f"{uri}: a review clip needs at least one frame") from None
     height, width = np.asarray(first_image).shape[:2]
     clip_w, clip_h = thumbnail_size(width, height, max_side, pixel_aspect)
-    writer = ReviewClipWriter(
-        uri, clip_w, clip_h, fps, label=label, storage_options=storage_options
-    )
+    writer = ReviewClipWriter(where, clip_w, clip_h, fps, label=label)
     with writer:
         writer.add_frame(first_image, first_frame)
         for frame, image in iterator:

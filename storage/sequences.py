@@ -26,8 +26,8 @@ import fileseq
 
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
+from storage.location import Location, Where
 from storage.plate_reader import read_plate_frame
-from storage.uri import filesystem_for
 
 # Extensions a directory listing is searched for when the pattern is a bare directory.
 IMAGE_EXTENSIONS = frozenset(
@@ -44,7 +44,8 @@ class PlateSequence:
 
     `frames` holds the frames present (inside the requested range when one was given);
     `holes` the frames missing: missing from the requested range when one was given,
-    otherwise missing between the first and last frame present.
+    otherwise missing between the first and last frame present. `location` is the pattern
+    with the options it was listed with, which reach its frames too (`location_of`).
     """
 
     pattern: str
@@ -54,8 +55,8 @@ class PlateSequence:
     padding: int
     frames: list[int]
     holes: list[int]
+    location: Location = field(repr=False, compare=False)
     requested: list[int] | None = None
-    storage_options: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     # frame -> file name as listed (exact spelling, e.g. an overflowing `plate.10000.exr`).
     names: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
     # frame -> the listing's entry for it (size, mtime or ETag), from the same single listing
@@ -67,6 +68,10 @@ class PlateSequence:
             self.names.get(frame) or f"{self.basename}{_pad(frame, self.padding)}{self.extension}"
         )
         return f"{self.directory}/{name}"
+
+    def location_of(self, frame: int) -> Location:
+        """`uri_for(frame)`, reached with the sequence's options."""
+        return self.location.at(self.uri_for(frame))
 
     @property
     def all_frames(self) -> list[int]:
@@ -98,29 +103,28 @@ class _Template:
     frames: list[int] | None
 
 
-def discover_sequence(
-    pattern: str,
-    frame_range: FrameRange | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> PlateSequence:
-    """List the directory of `pattern` once and return the plate sequence it names.
+def discover_sequence(plate: Where, frame_range: FrameRange | None = None) -> PlateSequence:
+    """List the directory of the pattern `plate` once and return the plate sequence it names.
 
     `frame_range` (a fileseq range string such as "1001-1100", a FrameSet or frame numbers)
     overrides a range written in the pattern. Raises SequenceError when the pattern is empty,
     cannot be parsed, its directory cannot be listed or nothing matches.
     """
-    pattern = str(pattern).strip() if pattern is not None else ""
+    if not isinstance(plate, Location):  # a path or URI (str() of anything, as always)
+        plate = Location(str(plate) if plate is not None else "")
+    pattern = plate.uri.strip()
     if not pattern:
         raise SequenceError("empty plate pattern: give a path or s3:// URI such as plate.####.exr")
-    if _is_directory(pattern, storage_options):
+    where = Location(pattern, plate.options)
+    if _is_directory(where):
         directory = pattern.rstrip("/")
-        entries = _list_entries(pattern, directory, storage_options)
+        entries = _list_entries(pattern, where.at(directory))
         names = sorted(entries)
         template = _template_from_directory(pattern, directory, names)
     else:
         directory, name = _split(pattern)
         template = _parse_template(pattern, directory, name)  # fail on syntax before listing
-        entries = _list_entries(pattern, directory, storage_options)
+        entries = _list_entries(pattern, where.at(directory))
         names = sorted(entries)
     requested = _requested_frames(pattern, frame_range, template.frames)
     found = _match(names, template)
@@ -149,8 +153,8 @@ def discover_sequence(
         padding=padding,
         frames=present,
         holes=holes,
+        location=where,
         requested=requested,
-        storage_options=storage_options,
         names={frame: found[frame] for frame in present},
         listing={frame: entries[found[frame]] for frame in present},
     )
@@ -166,13 +170,16 @@ def iter_frames(
 
     `frames` defaults to every frame the shot should have (`seq.all_frames`), so holes come
     out as FrameErrors instead of being skipped. `read_fn(uri, frame=..., **read_kwargs)`
-    defaults to `storage.plate_reader.read_plate_frame` with the sequence's storage options. A frame
+    defaults to `storage.plate_reader.read_plate_frame` of the frame's location (the
+    sequence's options). A frame
     whose data window or display window differs in size from the first good frame is
     reported as a FrameError. One bad frame never stops the others.
     """
     if read_fn is None:
-        read_fn = read_plate_frame
-        read_kwargs.setdefault("storage_options", seq.storage_options)
+
+        def read_fn(uri: str, **kwargs: Any) -> Frame:
+            return read_plate_frame(seq.location.at(uri), **kwargs)
+
     wanted = seq.all_frames if frames is None else list(frames)
     present = set(seq.frames)
     reference: Frame | None = None
@@ -231,26 +238,26 @@ def _split(pattern: str) -> tuple[str, str]:
     return directory, name
 
 
-def _is_directory(pattern: str, storage_options: dict[str, Any] | None) -> bool:
+def _is_directory(where: Location) -> bool:
     """Whether the pattern names a directory: a trailing '/', or no sequence syntax and isdir."""
+    pattern = where.uri
     if pattern.endswith("/"):
         return True
     name = pattern.rpartition("/")[2]
     if any(token in name for token in ("#", "@", "%", "$F", "*")):
         return False
-    fs, path = filesystem_for(pattern, storage_options)
+    fs, path = where.fs_and_path()
     try:
         return bool(fs.isdir(path))
     except OSError:  # unreachable or forbidden: let the listing report it
         return False
 
 
-def _list_entries(
-    pattern: str, directory: str, storage_options: dict[str, Any] | None
-) -> dict[str, dict[str, Any]]:
-    """File name -> listing entry in `directory`, from one listing call (paged by s3fs on big
-    prefixes)."""
-    fs, path = filesystem_for(directory, storage_options)
+def _list_entries(pattern: str, where: Location) -> dict[str, dict[str, Any]]:
+    """File name -> listing entry in the directory `where`, from one listing call (paged by
+    s3fs on big prefixes)."""
+    directory = where.uri
+    fs, path = where.fs_and_path()
     try:
         fs.invalidate_cache(path)  # listings are cached per instance and go stale
         entries = fs.ls(path, detail=True)

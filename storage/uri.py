@@ -1,16 +1,14 @@
-"""One way to reach bytes: fsspec URLs for local paths and `s3://` alike.
+"""URIs for local paths and `s3://` alike, and the storage options the environment implies.
 
 S3 options come from the caller or from the environment (`SVFX_S3_ENDPOINT_URL` and the usual
-AWS variables), so any S3-compatible store works and workers can be handed the same options.
+AWS variables), so any S3-compatible store works and workers can be handed the same options;
+`storage.location.Location` carries a URI with its options and makes the fsspec filesystem.
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any
-
-import fsspec
-from fsspec import AbstractFileSystem
 
 
 def is_remote(uri: str) -> bool:
@@ -26,15 +24,6 @@ def default_storage_options(uri: str) -> dict[str, Any]:
     if endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return options
-
-
-def filesystem_for(
-    uri: str, storage_options: dict[str, Any] | None = None
-) -> tuple[AbstractFileSystem, str]:
-    """The filesystem that serves `uri` and the path inside it."""
-    options = default_storage_options(uri) if storage_options is None else storage_options
-    fs, path = fsspec.core.url_to_fs(uri, **options)
-    return fs, path
 
 
 def join(base: str, *parts: str) -> str:

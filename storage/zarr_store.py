@@ -59,7 +59,7 @@ from zarr.storage import FsspecStore, LocalStore
 
 from storage.errors import StorageError
 from storage.layers import ZarrArray
-from storage.uri import default_storage_options, filesystem_for, is_remote
+from storage.location import Location, Where, as_location
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ def shard_frames(
     return max(1, min(wanted, SHARD_BYTES // largest))
 
 
-def stored_frames_per_shard(uri: str, storage_options: dict[str, Any] | None = None) -> int | None:
+def stored_frames_per_shard(where: Where) -> int | None:
     """The shard size of an existing shot store (None: no store), so a re-run keeps it."""
-    with _opened(uri, storage_options, read_only=True) as store:
+    with _opened(as_location(where), read_only=True) as store:
         existing = _existing_layout(store)
     if existing is None:
         return None
@@ -122,7 +122,7 @@ def frames_by_shard(frames: Sequence[int], frames_per_shard: int) -> dict[int, l
 
 
 def create_shot_store(
-    uri: str,
+    where: Where,
     frames: Sequence[int],
     height: int,
     width: int,
@@ -130,7 +130,6 @@ def create_shot_store(
     max_people: int,
     provenance: Mapping[str, Any],
     frames_per_shard: int,
-    storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     keypoints: int = KEYPOINTS,
     seg_classes: Sequence[str] | None = None,
@@ -143,6 +142,8 @@ def create_shot_store(
     `seg_classes` the seg model's class names in index order, kept in the ``class_names``
     attribute of the arrays that hold class indices.
     """
+    where = as_location(where)
+    uri = where.uri
     frame_numbers = [int(frame) for frame in frames]
     _check_layout_args(uri, frame_numbers, height, width, arrays, max_people, frames_per_shard)
     layout: dict[str, Any] = {
@@ -161,7 +162,7 @@ def create_shot_store(
     if labelled and seg_classes is not None and len(seg_classes) != SEG_CLASS_COUNT:
         layout["seg_classes"] = len(seg_classes)
     names = list(seg_classes) if seg_classes is not None else None
-    with _opened(uri, storage_options, read_only=False) as store:
+    with _opened(where, read_only=False) as store:
         _create_in(uri, store, layout, arrays, frame_numbers, provenance, overwrite, names)
 
 
@@ -249,14 +250,13 @@ def _sizes(layout: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-def open_shot_store(
-    uri: str, mode: str = "r", storage_options: dict[str, Any] | None = None
-) -> zarr.Group:
+def open_shot_store(where: Where, mode: str = "r") -> zarr.Group:
     """Open the shot group (`mode` "r" or "r+"); plain `zarr.open_group` works too."""
+    where = as_location(where)
     try:
-        return zarr.open_group(_store(uri, storage_options, read_only=mode == "r"), mode=mode)
+        return zarr.open_group(_store(where, read_only=mode == "r"), mode=mode)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
-        raise StorageError(f"{uri}: no shot store there") from exc
+        raise StorageError(f"{where.uri}: no shot store there") from exc
 
 
 def key_digest(cache_key: str) -> np.ndarray:
@@ -267,28 +267,27 @@ def key_digest(cache_key: str) -> np.ndarray:
     return np.frombuffer(digest, dtype=np.uint8)
 
 
-def committed_frames(uri: str, storage_options: dict[str, Any] | None = None) -> dict[int, str]:
+def committed_frames(where: Where) -> dict[int, str]:
     """Frame number -> cache key (hex) of every frame the store really holds: its commit mark
     is set and each pass array has the shard it lies in. Empty for a missing store or one of
     another format. Reads two small arrays and lists each pass array's shards once."""
-    with _opened(uri, storage_options, read_only=True) as store:
+    where = as_location(where)
+    with _opened(where, read_only=True) as store:
         try:
             group = zarr.open_group(store, mode="r")
         except (FileNotFoundError, zarr.errors.GroupNotFoundError):
             return {}
-        return _committed(group, uri, storage_options)
+        return _committed(group, where)
 
 
-def _committed(
-    group: zarr.Group, uri: str, storage_options: dict[str, Any] | None
-) -> dict[int, str]:
+def _committed(group: zarr.Group, where: Location) -> dict[int, str]:
     attrs = dict(group.attrs)
     if attrs.get("format") != STORE_FORMAT or FRAME_KEY_ARRAY not in group:
         return {}
     frames = [int(frame) for frame in group[FRAME_ARRAY][:]]
     keys = np.asarray(group[FRAME_KEY_ARRAY][:])
     per_shard = int(attrs["frames_per_shard"])
-    present = [_shards_present(group[name], uri, storage_options) for name in attrs["passes"]]
+    present = [_shards_present(group[name], where) for name in attrs["passes"]]
     committed = {}
     for index, frame in enumerate(frames):
         if not keys[index].any():
@@ -299,11 +298,9 @@ def _committed(
     return committed
 
 
-def _shards_present(
-    array: zarr.Array, uri: str, storage_options: dict[str, Any] | None
-) -> set[int]:
+def _shards_present(array: zarr.Array, where: Location) -> set[int]:
     """Frame-axis indices of the shards of ``array`` that exist in storage (one listing)."""
-    fs, root = filesystem_for(f"{uri.rstrip('/')}/{array.basename}", storage_options)
+    fs, root = where.at(f"{where.uri.rstrip('/')}/{array.basename}").fs_and_path()
     first_key = array.metadata.encode_chunk_key((0,) * array.ndim)  # e.g. c/0/0/0/0
     prefix, _, _ = first_key.partition("0")
     try:
@@ -321,13 +318,10 @@ def _shards_present(
 
 
 def read_stored_frame(
-    uri: str,
-    frame_index: int,
-    passes: Sequence[str] | None = None,
-    storage_options: dict[str, Any] | None = None,
+    where: Where, frame_index: int, passes: Sequence[str] | None = None
 ) -> dict[str, np.ndarray]:
     """One frame of the named passes (default: all) as numpy arrays."""
-    group = open_shot_store(uri, "r", storage_options)
+    group = open_shot_store(where, "r")
     try:
         names = list(passes) if passes is not None else list(group.attrs["passes"])
         return {name: np.asarray(group[name][frame_index]) for name in names}
@@ -335,12 +329,12 @@ def read_stored_frame(
         close_store(group.store)
 
 
-def _store(uri: str, storage_options: dict[str, Any] | None, read_only: bool) -> Any:
-    """A store over ``uri``. Remote: an asynchronous filesystem of its own (not fsspec's
+def _store(where: Location, read_only: bool) -> Any:
+    """A store over ``where``. Remote: an asynchronous filesystem of its own (not fsspec's
     shared instance), closed by `close_store` when the caller is done with it."""
-    if is_remote(uri):
-        options = default_storage_options(uri) if storage_options is None else storage_options
-        options = {**options, "skip_instance_cache": True}
+    uri = where.uri
+    if where.is_remote:
+        options = {**where.fsspec_options(), "skip_instance_cache": True}
         return FsspecStore.from_url(uri, storage_options=options, read_only=read_only)
     path = uri.removeprefix("file://")
     return LocalStore(path, read_only=read_only)
@@ -358,8 +352,8 @@ def close_store(store: Any) -> None:
 
 
 @contextmanager
-def _opened(uri: str, storage_options: dict[str, Any] | None, read_only: bool) -> Iterator[Any]:
-    store = _store(uri, storage_options, read_only)
+def _opened(where: Location, read_only: bool) -> Iterator[Any]:
+    store = _store(where, read_only)
     try:
         yield store
     finally:

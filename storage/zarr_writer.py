@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from storage.errors import FrameError
+from storage.location import Where, as_location
 from storage.zarr_store import (
     FRAME_ARRAY,
     FRAME_KEY_ARRAY,
@@ -28,9 +29,10 @@ log = logging.getLogger(__name__)
 class ShotStoreWriter:
     """Writes frames into an existing store; one per shard writer, arrays opened once."""
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.uri = uri
-        self.group = open_shot_store(uri, "r+", storage_options)
+    def __init__(self, where: Where) -> None:
+        where = as_location(where)
+        self.uri = where.uri
+        self.group = open_shot_store(where, "r+")
         self.frames = [int(frame) for frame in self.group[FRAME_ARRAY][:]]
         self.max_people = int(self.group.attrs["max_people"])
         self._arrays = {
@@ -113,14 +115,9 @@ class ShotStoreWriter:
         return block.astype(dtype, copy=False)
 
 
-def write_frame(
-    uri: str,
-    frame_index: int,
-    arrays: Mapping[str, Any],
-    storage_options: dict[str, Any] | None = None,
-) -> list[str]:
+def write_frame(where: Where, frame_index: int, arrays: Mapping[str, Any]) -> list[str]:
     """Open the existing store (r+) and write one frame's region; see ShotStoreWriter."""
-    writer = ShotStoreWriter(uri, storage_options)
+    writer = ShotStoreWriter(where)
     try:
         return writer.write_frame(frame_index, arrays)
     finally:

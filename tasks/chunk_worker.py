@@ -39,6 +39,7 @@ from sapiens.predictor import Predictor, release_cached_memory
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
+from storage.location import Location
 from storage.zarr_writer import ShotStoreWriter
 from tasks.checkpoints import CheckpointRef, seg_class_names
 from tasks.colour import ColourConversion
@@ -64,17 +65,17 @@ class ChunkJob:
     index: int
     frames: tuple[int, ...]
     plate_uris: tuple[str, ...]
+    # the plate (its pattern), with the options that reach its frames; plates may live
+    # elsewhere than the outputs (plates on S3, outputs on local disk, ...)
+    plate: Location
     store_indices: tuple[int, ...]  # each frame's index in the shot's Zarr arrays
     spec: dict[str, Any]  # ShotSpec as JSON
     plate_colorspace: str  # resolved OCIO name
     checkpoints: dict[str, CheckpointRef]  # model pass -> checkpoint
-    paths: ShotOutputPaths
+    paths: ShotOutputPaths  # where the outputs go, with the options that reach them
     frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
-    storage_options: dict[str, Any] = field(default_factory=dict)  # for the outputs
     provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
     fingerprints: dict[int, str] = field(default_factory=dict)
-    # for the plate, which may live elsewhere (plates on S3, outputs on local disk, ...)
-    plate_storage_options: dict[str, Any] = field(default_factory=dict)
 
 
 def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> ChunkSummary:
@@ -163,14 +164,14 @@ class _ChunkRunner:
         self.spec = spec
         self.predictor = predictor
         self.colour = colour
-        self.store = ShotStoreWriter(job.paths.zarr, job.storage_options or None)
+        self.store = ShotStoreWriter(job.paths.at(job.paths.zarr))
         shas = [ref.sha256 for ref in job.checkpoints.values()]
         self.reader = FrameReader(
             spec,
             colour,
             job.frame_hw,
             shas,
-            plate_storage_options=job.plate_storage_options,
+            plate=job.plate,
             pinned=predictor.device.type == "cuda",
         )
         infos = predictor.infos
@@ -187,7 +188,6 @@ class _ChunkRunner:
             self._provenance(),
             classes,
             store_index=dict(zip(job.frames, job.store_indices, strict=True)),
-            storage_options=job.storage_options,
             keypoints=pose_head.out_channels if pose_head else len(KEYPOINT_NAMES),
         )
 

@@ -6,14 +6,13 @@ task on any worker: it reads small previews and JSON fragments, never full frame
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES, keypoint_names_for, skeleton_for
 from schemas.passes import first_of_kind
+from storage.location import Location
 from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
 from storage.review_clip import write_review_clip
-from storage.uri import filesystem_for
 from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import write_shot_nuke_script
 
@@ -30,7 +29,6 @@ class FinalizeJob:
     previews: bool = True
     review_clips: bool = True
     fps: float = 24.0
-    storage_options: dict[str, Any] = field(default_factory=dict)
     only_missing: bool = False  # nothing new was made: keep the files that exist
     albedo_colorspace: str | None = None  # the scene-linear space albedo was written in
     keypoints: int = len(KEYPOINT_NAMES)  # the pose model's (Sapiens v1 COCO: 17 or 133)
@@ -38,15 +36,15 @@ class FinalizeJob:
 
 def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     """Write the shot-level files; returns what was written, by name."""
-    options = job.storage_options or None
+    paths = job.paths
     written: dict[str, str] = {}
     posed = first_of_kind(job.passes, "keypoints") is not None
-    if posed and job.only_missing and _exists(job.paths.pose_json, options):
+    if posed and job.only_missing and _exists(paths.at(paths.pose_json)):
         written["pose_json"] = job.paths.pose_json
     elif posed:
         result = assemble_pose_json(
-            job.paths.pose_json,
-            job.paths.pose_fragments,
+            paths.at(paths.pose_json),
+            paths.at(paths.pose_fragments),
             job.frames,
             PoseHeader(
                 keypoint_names_for(job.keypoints),
@@ -55,38 +53,34 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
                 job.data_window,
                 job.provenance,
             ),
-            options,
         )
         written["pose_json"] = result.uri
-    written.update(_nuke_script(job, options))
+    written.update(_nuke_script(job))
     if not job.previews:
         return written
     for name in job.passes:
-        previews = [(f, job.paths.preview(name, f)) for f in job.frames]
-        previews = [(f, uri) for f, uri in previews if _exists(uri, options)]
+        previews = [(f, paths.at(paths.preview(name, f))) for f in job.frames]
+        previews = [(f, where) for f, where in previews if _exists(where)]
         if not previews:
             continue
-        sheet = write_contact_sheet(
-            job.paths.contact_sheet(name), previews, storage_options=options
-        )
+        sheet = write_contact_sheet(paths.at(paths.contact_sheet(name)), previews)
         written[f"contact_sheet_{name}"] = sheet.uri
         if job.review_clips:
             clip = write_review_clip(
-                job.paths.review_clip(name),
-                ((f, read_preview(uri, options)) for f, uri in previews),
+                paths.at(paths.review_clip(name)),
+                ((f, read_preview(where)) for f, where in previews),
                 fps=job.fps,
                 label=f"{job.paths.name} {name}",
-                storage_options=options,
             )
             written[f"review_clip_{name}"] = clip.uri
     return written
 
 
-def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, str]:
+def _nuke_script(job: FinalizeJob) -> dict[str, str]:
     """The shot's .nk over its frames with outputs (a failed frame between them reads as a
     checkerboard). A script that cannot be written is reported by name and does not stop
     the other files."""
-    if job.only_missing and _exists(job.paths.nuke_script, options):
+    if job.only_missing and _exists(job.paths.at(job.paths.nuke_script)):
         return {"nuke_script": job.paths.nuke_script}
     try:
         script = write_shot_nuke_script(
@@ -98,13 +92,12 @@ def _nuke_script(job: FinalizeJob, options: dict[str, Any] | None) -> dict[str, 
             pixel_aspect=job.pixel_aspect,
             fps=job.fps,
             albedo_colorspace=job.albedo_colorspace,
-            storage_options=options,
         )
     except Exception as exc:
         return {"nuke_script_error": f"{job.paths.nuke_script}: {type(exc).__name__}: {exc}"}
     return {"nuke_script": script} if script is not None else {}
 
 
-def _exists(uri: str, options: dict[str, Any] | None) -> bool:
-    fs, path = filesystem_for(uri, options)
+def _exists(where: Location) -> bool:
+    fs, path = where.fs_and_path()
     return bool(fs.exists(path))

@@ -22,6 +22,7 @@ from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import FrameSummary
 from storage.errors import FrameError
 from storage.frame import Frame
+from storage.location import Location
 from storage.plate_reader import decode_frame, fetch_bytes
 from tasks.colour import ColourConversion
 
@@ -45,7 +46,7 @@ class FrameReader:
         frame_hw: tuple[int, int],
         checkpoint_shas: Sequence[str],
         *,
-        plate_storage_options: dict | None = None,
+        plate: Location,
         pinned: bool = False,
     ) -> None:
         self.spec = spec
@@ -53,7 +54,7 @@ class FrameReader:
         self.frame_hw = frame_hw
         self.checkpoint_shas = sorted(checkpoint_shas)
         self.settings_digest = spec.settings_digest()
-        self.storage_options = plate_storage_options or None
+        self.plate = plate  # reaches every frame of the plate (`Location.at`)
         self.pinned = pinned
 
     def read_all(
@@ -77,7 +78,7 @@ class FrameReader:
 
     def read(self, number: int, uri: str, summary: FrameSummary) -> ReadFrame:
         t0 = time.perf_counter()
-        data = fetch_bytes(uri, self.storage_options, frame=number)
+        data = fetch_bytes(self.plate.at(uri), frame=number)
         summary.plate_sha256 = hashlib.sha256(data).hexdigest()
         summary.plate_size = len(data)
         plate = decode_frame(data, uri, frame=number, nonfinite=self.spec.nonfinite)

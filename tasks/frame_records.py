@@ -11,12 +11,11 @@ Zarr store's commit mark) and record them instead of computing them again.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from core.errors import SvfxError
 from schemas.summaries import ChunkContext, FrameSummary
 from storage.atomic import atomic_write_bytes
-from storage.uri import filesystem_for
+from storage.location import Location
 
 RECORD_FORMAT = "svfx-frame-record/1"
 
@@ -25,12 +24,7 @@ class FrameRecordError(SvfxError, ValueError):
     """A frame record that cannot be read back (truncated, foreign, another format)."""
 
 
-def write_frame_record(
-    uri: str,
-    summary: FrameSummary,
-    context: ChunkContext,
-    storage_options: dict[str, Any] | None = None,
-) -> None:
+def write_frame_record(where: Location, summary: FrameSummary, context: ChunkContext) -> None:
     record = {
         "format": RECORD_FORMAT,
         "frame": summary.to_json(),
@@ -43,13 +37,12 @@ def write_frame_record(
         },
     }
     text = json.dumps(record, sort_keys=True, default=str)
-    atomic_write_bytes(uri, text.encode(), storage_options)
+    atomic_write_bytes(where, text.encode())
 
 
-def read_frame_record(
-    uri: str, storage_options: dict[str, Any] | None = None
-) -> tuple[FrameSummary, ChunkContext]:
-    fs, path = filesystem_for(uri, storage_options)
+def read_frame_record(where: Location) -> tuple[FrameSummary, ChunkContext]:
+    uri = where.uri
+    fs, path = where.fs_and_path()
     try:
         record = json.loads(fs.cat_file(path))
         if record.get("format") != RECORD_FORMAT:
@@ -66,13 +59,13 @@ def read_frame_record(
         raise FrameRecordError(f"{uri}: unreadable frame record: {exc}") from exc
 
 
-def remove_file(uri: str, storage_options: dict[str, Any] | None = None) -> str | None:
-    """Delete ``uri`` if it exists; returns why it could not be deleted (None when gone)."""
-    fs, path = filesystem_for(uri, storage_options)
+def remove_file(where: Location) -> str | None:
+    """Delete ``where`` if it exists; returns why it could not be deleted (None when gone)."""
+    fs, path = where.fs_and_path()
     try:
         fs.rm_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return f"{uri}: {exc}"
+        return f"{where.uri}: {exc}"
     return None

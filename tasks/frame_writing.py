@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -77,7 +76,6 @@ class FrameWriter:
         class_names: Sequence[str],
         *,
         store_index: dict[int, int],
-        storage_options: dict[str, Any] | None = None,
         keypoints: int = KEYPOINTS,
     ) -> None:
         self.spec = spec
@@ -89,7 +87,6 @@ class FrameWriter:
         self.class_names = list(class_names)
         self.palette = _seg_palette(len(self.class_names))
         self.store_index = store_index  # frame number -> index in the shot's Zarr arrays
-        self.storage_options = storage_options or None
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
         self.keypoints = keypoints  # the pose model's
         self.passes = [pass_table.BY_NAME[name] for name in spec.passes]
@@ -113,7 +110,7 @@ class FrameWriter:
         the disk holds nothing the catalog does not describe; returns the outputs whose old
         catalog rows no longer hold (the files and the Zarr regions)."""
         for uri in [*written, self.paths.frame_record(number)]:
-            problem = remove_file(uri, self.storage_options)
+            problem = remove_file(self.paths.at(uri))
             if problem:
                 log.warning("frame %d: could not remove a partial output: %s", number, problem)
         arrays = [self.store.array_uri(name) for name in self.store.arrays]
@@ -155,13 +152,12 @@ class FrameWriter:
             exr_uri = self.paths.exr(number)
             with writing(exr_uri, number):
                 exr = write_passes_exr(
-                    exr_uri,
+                    self.paths.at(exr_uri),
                     plate,
                     self.layers,
                     parts,
                     self.provenance,
                     class_names=self.class_names,
-                    storage_options=self.storage_options,
                     scene_linear_id=self.colour.albedo_interop_id,
                 )
             written.append(exr.uri)
@@ -192,9 +188,7 @@ class FrameWriter:
         for spec in (p for p in self.passes if p.side_file == "pose_json"):
             fragments = self.paths.pose_fragments
             with writing(f"{fragments}/{number}", number):
-                fragment = write_pose_fragment(
-                    fragments, number, frame.people, self.storage_options
-                )
+                fragment = write_pose_fragment(self.paths.at(fragments), number, frame.people)
             written.append(fragment.uri)
             records.append(
                 OutputRecord(
@@ -213,7 +207,7 @@ class FrameWriter:
                 self.store.commit(index, key)
             record = self.paths.frame_record(number)
             with writing(record, number):
-                write_frame_record(record, summary, self.context, self.storage_options)
+                write_frame_record(self.paths.at(record), summary, self.context)
 
     def _recorded_shape(self, spec: pass_table.Pass, height: int, width: int) -> tuple[int, ...]:
         """A pass's shape as the catalog records it for its EXR: that of its Zarr array's
@@ -253,7 +247,7 @@ class FrameWriter:
         for name, image in images.items():
             uri = self.paths.preview(name, number)
             with writing(uri, number):
-                preview = write_image(uri, image, self.storage_options)
+                preview = write_image(self.paths.at(uri), image)
             written.append(preview.uri)
             records.append(
                 OutputRecord(

@@ -12,23 +12,37 @@ with several (``bg01``, ``fg01``), so two elements never overwrite each other.
 
 with ``<name> = <shot>_sapiens2_<version>`` (``<shot>_<element>_sapiens2_<version>``); frame
 numbers padded like the plate (>= 4).
+
+The methods give URI strings (what the catalog, the summaries and the messages name); the
+shot folder's `location` carries the storage options, and `at` reaches any of them with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.location import Location, Where, as_location
+
 
 @dataclass(frozen=True)
 class ShotOutputPaths:
-    root: str
+    location: Location  # the shot's output folder, with the options that reach it
     name: str
     padding: int = 4
+
+    @property
+    def root(self) -> str:
+        return self.location.uri
+
+    def at(self, uri: str) -> Location:
+        """An output of the shot (a URI from the methods below), reached the way the shot's
+        folder is."""
+        return self.location.at(uri)
 
     @classmethod
     def for_shot(
         cls,
-        output_root: str,
+        output_root: Where,
         show: str,
         sequence: str,
         shot: str,
@@ -36,13 +50,14 @@ class ShotOutputPaths:
         padding: int = 4,
         element: str | None = None,
     ) -> ShotOutputPaths:
-        shot_dir = f"{output_root.rstrip('/')}/{show}/{sequence}/{shot}"
+        outputs = as_location(output_root)
+        shot_dir = f"{outputs.uri.rstrip('/')}/{show}/{sequence}/{shot}"
         if element:
             root = f"{shot_dir}/{element}/sapiens2_{version}"
             name = f"{shot}_{element}_sapiens2_{version}"
         else:
             root, name = f"{shot_dir}/sapiens2_{version}", f"{shot}_sapiens2_{version}"
-        return cls(root=root, name=name, padding=max(4, padding))
+        return cls(outputs.at(root), name=name, padding=max(4, padding))
 
     def _frame(self, frame: int) -> str:
         sign = "-" if frame < 0 else ""

@@ -38,7 +38,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 from schemas import passes as pass_table
 from storage.exr_writer import part_channels
@@ -209,7 +209,6 @@ def write_shot_nuke_script(
     passes: Sequence[str],
     *,
     image_size: tuple[int, int],
-    storage_options: dict[str, Any] | None = None,
     **image: Unpack[ShotImage],
 ) -> str | None:
     """Write `paths.nuke_script` atomically (local or object store); returns its URI, or
@@ -218,7 +217,7 @@ def write_shot_nuke_script(
     if not exr_layers(passes):
         return None
     script = build_shot_script(paths, frames, passes, image_size=image_size, **image)
-    return write_nuke_script(paths.nuke_script, render(script), storage_options)
+    return write_nuke_script(paths.at(paths.nuke_script), render(script))
 
 
 # -- nodes ---------------------------------------------------------------------------------

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from schemas.passes import PASSES, PERSON_MASK_FROM
+from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
@@ -65,13 +65,12 @@ class QcJob:
     """What the flicker scores of one shot need: the store, the finished frames in order and
     their plate files. Small and picklable (it travels to a worker)."""
 
-    zarr: str
+    zarr: Location  # the shot's store
     frames: tuple[int, ...]
     plate_uris: tuple[str, ...]
     plate_colorspace: str
     passes: tuple[str, ...]
-    storage_options: dict[str, Any] = field(default_factory=dict)
-    plate_storage_options: dict[str, Any] = field(default_factory=dict)
+    plate: Location  # the plate (its pattern), with the options that reach its frames
 
 
 @dataclass(frozen=True)
@@ -212,14 +211,14 @@ CHANGE = {p.name: CHANGE_BY_METRIC[p.qc] for p in PASSES if p.qc is not None}
 
 def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
     colour = ColourConversion(job.plate_colorspace)
-    group = open_shot_store(job.zarr, "r", job.storage_options or None)
+    group = open_shot_store(job.zarr, "r")
     try:
         index = {int(f): i for i, f in enumerate(np.asarray(group["frame"][:])) if f >= 0}
         for frame, uri in zip(job.frames, job.plate_uris, strict=True):
             if frame not in index:
-                raise ValueError(f"{job.zarr}: frame {frame} is not in the store")
+                raise ValueError(f"{job.zarr.uri}: frame {frame} is not in the store")
             arrays = {name: np.asarray(group[name][index[frame]]) for name in passes}
-            plate = read_plate_frame(uri, frame, storage_options=job.plate_storage_options or None)
+            plate = read_plate_frame(job.plate.at(uri), frame)
             encoded = colour.to_model_encoding(plate.pixels[..., :3])
             yield _proxies(frame, encoded @ _LUMA, arrays)
     finally:

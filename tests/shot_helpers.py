@@ -48,6 +48,7 @@ def small_chunk_job(
     """A chunk job of `frames` of a small demo plate (`SMALL`), its checkpoints chosen as the
     flow chooses them (untrained under `root/ckpt` without a root) and its Zarr store created
     as the shot runner creates it, under `root/out`."""
+    from storage.location import Location
     from storage.zarr_store import create_shot_store
     from tasks.checkpoint_choice import resolve_checkpoints
     from tasks.checkpoints import seg_class_names
@@ -72,6 +73,7 @@ def small_chunk_job(
         index=0,
         frames=frames,
         plate_uris=tuple(pattern.replace("####", f"{f:04d}") for f in frames),
+        plate=Location(pattern),
         store_indices=tuple(range(len(frames))),
         spec=spec.model_dump(mode="json"),
         plate_colorspace="Linear Rec.709 (sRGB)",

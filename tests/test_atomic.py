@@ -22,6 +22,7 @@ from storage.atomic import (
     remove_stale_temp_files,
 )
 from storage.errors import StorageError
+from storage.location import Location
 
 REPO = Path(__file__).resolve().parents[1]
 OLD = b"old-complete-version\n" * 1000
@@ -32,8 +33,9 @@ SLOW_WRITER = textwrap.dedent(
     """
     import json, sys, time
     from storage.atomic import atomic_open
+    from storage.location import Location
     uri, options = sys.argv[1], json.loads(sys.argv[2])
-    with atomic_open(uri, options or None) as handle:
+    with atomic_open(Location(uri, options or None)) as handle:
         index = 0
         while True:
             handle.write(b"N" * 65536)
@@ -180,18 +182,21 @@ def test_killed_local_writer_leaves_old_file_or_nothing(tmp_path: Path, previous
 def test_s3_round_trip_and_failed_block(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     root, options = s3_bucket
     uri = f"{root}/shot/frame.1001.exr"
-    result = atomic_write_bytes(uri, b"payload", options)
+    result = atomic_write_bytes(Location(uri, options), b"payload")
     fs = s3fs.S3FileSystem(**options)
     assert fs.cat_file(uri) == b"payload"
     assert result.sha256 == hashlib.sha256(b"payload").hexdigest()
 
-    writer = atomic_open(uri, options)
+    writer = atomic_open(Location(uri, options))
     with writer as handle:
         handle.write(b"new payload")
     assert fs.cat_file(uri) == b"new payload"
     assert writer.result is not None and writer.result.size == len(b"new payload")
 
-    with pytest.raises(ValueError), atomic_open(f"{root}/shot/other.exr", options) as handle:
+    with (
+        pytest.raises(ValueError),
+        atomic_open(Location(f"{root}/shot/other.exr", options)) as handle,
+    ):
         handle.write(b"partial")
         raise ValueError("stop")
     assert fs.ls(f"{root}/shot", refresh=True) == [f"{root[5:]}/shot/frame.1001.exr"]
@@ -202,7 +207,7 @@ def test_killed_s3_writer_leaves_old_object_and_no_temp_key(
 ) -> None:
     root, options = s3_bucket
     uri = f"{root}/shot/frame.1001.exr"
-    atomic_write_bytes(uri, OLD, options)
+    atomic_write_bytes(Location(uri, options), OLD)
     process = _start(SLOW_WRITER, uri, json.dumps(options))
     _kill(process)
     fs = s3fs.S3FileSystem(**options)

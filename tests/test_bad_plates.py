@@ -16,6 +16,7 @@ import pytest
 
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
+from storage.location import Location
 from storage.plate_reader import NONFINITE_ATTRIBUTE, read_plate_frame
 from storage.sequences import discover_sequence, iter_frames
 from tasks.colour import ColourConversion
@@ -239,7 +240,7 @@ def test_s3_key_vanished_between_listing_and_reading(
     fs = fsspec.filesystem("s3", **options)
     for frame in FRAMES:
         fs.pipe(f"{bucket}/sh/plate.{frame}.exr", exr_bytes(frame_pixels(frame)))
-    seq = discover_sequence(f"{bucket}/sh/plate.####.exr", storage_options=options)
+    seq = discover_sequence(Location(f"{bucket}/sh/plate.####.exr", options))
     assert seq.frames == FRAMES
     fs.rm(f"{bucket}/sh/plate.{BAD}.exr")
 
@@ -255,10 +256,10 @@ def test_s3_bucket_that_cannot_be_read(s3_bucket: tuple[str, dict[str, Any]]) ->
     _, options = s3_bucket
     uri = "s3://no-such-bucket-svfx/sh/plate.1001.exr"
     with pytest.raises(FrameError, match="file not found") as caught:
-        read_plate_frame(uri, frame=1001, storage_options=options)
+        read_plate_frame(Location(uri, options), frame=1001)
     assert caught.value.uri == uri
     with pytest.raises(SequenceError, match=r"s3://no-such-bucket-svfx/sh"):
-        discover_sequence("s3://no-such-bucket-svfx/sh/plate.####.exr", storage_options=options)
+        discover_sequence(Location("s3://no-such-bucket-svfx/sh/plate.####.exr", options))
 
 
 def test_s3_corrupt_object_names_the_uri(s3_bucket: tuple[str, dict[str, Any]]) -> None:
@@ -267,7 +268,7 @@ def test_s3_corrupt_object_names_the_uri(s3_bucket: tuple[str, dict[str, Any]]) 
     data = exr_bytes(ramp(32, 32, 3))
     fs.pipe(f"{bucket}/plate.1001.exr", data[: len(data) // 2])
     with pytest.raises(FrameError, match="truncated or corrupt OpenEXR") as caught:
-        read_plate_frame(f"{bucket}/plate.1001.exr", frame=1001, storage_options=options)
+        read_plate_frame(Location(f"{bucket}/plate.1001.exr", options), frame=1001)
     assert caught.value.uri == f"{bucket}/plate.1001.exr"
 
 
@@ -285,14 +286,10 @@ class _ForbiddenFs:
 
 
 def test_access_denied_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    import storage.plate_reader as readers
-    import storage.sequences as sequences
+    def forbidden(where: Location) -> tuple[Any, str]:
+        return _ForbiddenFs(), where.uri.removeprefix("s3://")
 
-    def forbidden(uri: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
-        return _ForbiddenFs(), uri.removeprefix("s3://")
-
-    monkeypatch.setattr(readers, "filesystem_for", forbidden)
-    monkeypatch.setattr(sequences, "filesystem_for", forbidden)
+    monkeypatch.setattr(Location, "fs_and_path", forbidden)
     with pytest.raises(FrameError, match=r"access denied \(Access Denied") as caught:
         read_plate_frame("s3://locked/sh/plate.1001.exr", frame=1001)
     assert caught.value.frame == 1001

@@ -20,6 +20,7 @@ from storage import cryptomatte
 from storage.errors import FrameError
 from storage.exr_writer import DEFAULT_CAMERA_AXES, write_passes_exr
 from storage.frame import Frame
+from storage.location import Location
 from tests.exr_parts import exr_parts
 from tests.test_cryptomatte import BODY_PARTS
 
@@ -307,13 +308,12 @@ def test_writes_to_s3(
     root, options = s3_bucket
     uri = f"{root}/show/sq/sh010/v001/sh010.1001.exr"
     result = write_passes_exr(
-        uri,
+        Location(uri, options),
         plate,
         LAYERS,
         exr_parts(passes, BODY_PARTS),
         PROVENANCE,
         class_names=BODY_PARTS,
-        storage_options=options,
     )
     data = s3fs.S3FileSystem(**options).cat_file(uri)
     assert result.sha256 == hashlib.sha256(data).hexdigest()

@@ -16,6 +16,7 @@ import pytest
 from schemas.passes import PASS_NAMES, exr_layers
 from storage.exr_writer import write_passes_exr
 from storage.frame import Frame
+from storage.location import Location
 from storage.nuke_script import NukeNode, NukeScript, quote, render, tcl_literal
 from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import (
@@ -272,7 +273,7 @@ def test_the_parser_refuses_what_nuke_would_substitute() -> None:
     ],
 )
 def test_hostile_paths_and_names_stay_text(tmp_path: Path, root: str, name: str) -> None:
-    paths = ShotOutputPaths(root=str(tmp_path / root), name=name)
+    paths = ShotOutputPaths(Location(str(tmp_path / root)), name=name)
     nk = _script(paths)
     for read in nk.of_class("Read"):
         assert not evaluates_tcl(read.knobs["file"])

@@ -11,6 +11,7 @@ import pytest
 import s3fs
 
 from storage.errors import FrameError
+from storage.location import Location
 from storage.pose_json import (
     POSE_FORMAT,
     PoseHeader,
@@ -91,19 +92,18 @@ def test_bad_records_name_the_frame(tmp_path: Path) -> None:
 def test_fragments_assemble_into_shot_json_on_s3(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     root, options = s3_bucket
     fragments = f"{root}/sh010/pose_fragments"
-    write_pose_fragment(fragments, 1001, [_person(1, 0.8)], options)
-    write_pose_fragment(fragments, 1003, [], options)
+    write_pose_fragment(Location(fragments, options), 1001, [_person(1, 0.8)])
+    write_pose_fragment(Location(fragments, options), 1003, [])
     uri = f"{root}/sh010/sh010.pose.json"
-    assemble_pose_json(uri, fragments, [1001, 1002, 1003], _header(), options)
+    assemble_pose_json(
+        Location(uri, options), Location(fragments, options), [1001, 1002, 1003], _header()
+    )
     data = json.loads(s3fs.S3FileSystem(**options).cat_file(uri))
     assert data["missing_frames"] == [1002]
     assert data["frames"]["1003"] == []
     assert data["frames"]["1001"][0]["box_score"] == 0.8
     direct = write_pose_json(
-        f"{root}/sh010/direct.json",
-        [(1001, [_person(1, 0.8)])],
-        _header(),
-        options,
+        Location(f"{root}/sh010/direct.json", options), [(1001, [_person(1, 0.8)])], _header()
     )
     assert direct.size > 0
     again = json.loads(s3fs.S3FileSystem(**options).cat_file(f"{root}/sh010/direct.json"))

@@ -14,6 +14,7 @@ from PIL import Image
 
 from schemas.passes import BY_NAME
 from storage.errors import StorageError
+from storage.location import Location
 from storage.previews import (
     albedo_rgb,
     depth_rgb,
@@ -152,7 +153,7 @@ def test_review_clip_frame_count_size_and_burn_in(tmp_path: Path) -> None:
 def test_review_clip_to_s3(s3_bucket: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     root, options = s3_bucket
     uri = f"{root}/sh010/matte.mp4"
-    writer = ReviewClipWriter(uri, 64, 36, 25, storage_options=options)
+    writer = ReviewClipWriter(Location(uri, options), 64, 36, 25)
     with writer:
         for frame, image in _grey_frames(5, 64, 36):
             writer.add_frame((image * 255).astype(np.uint8), frame)

@@ -13,6 +13,7 @@ import pytest
 
 import storage.checksum as checksum
 from storage.checksum import sha256_bytes, sha256_file
+from storage.location import Location
 from storage.plate_reader import decode_frame, read_plate_frame
 from tests.plates import (
     REC709_CHROMATICITIES,
@@ -230,17 +231,20 @@ def test_read_from_s3_exr_png_and_dpx(
     codes8 = code_ramp(4, 6, 8)
     fs.put(str(write_image(tmp_path / "x.png", codes8, 8)), f"{bucket}/p/plate.1001.png")
 
-    exr = read_plate_frame(f"{bucket}/p/plate.1001.exr", frame=1001, storage_options=options)
+    exr = read_plate_frame(Location(f"{bucket}/p/plate.1001.exr", options), frame=1001)
     np.testing.assert_array_equal(exr.pixels, values.astype(np.float32))
     assert exr.pixel_aspect == 2.0
-    dpx = read_plate_frame(f"{bucket}/p/plate.1001.dpx", storage_options=options)
+    dpx = read_plate_frame(Location(f"{bucket}/p/plate.1001.dpx", options))
     np.testing.assert_array_equal(dpx.pixels, codes.astype(np.float32) / np.float32(1023))
     assert dpx.bit_depth == 10
-    png = read_plate_frame(f"{bucket}/p/plate.1001.png", storage_options=options)
+    png = read_plate_frame(Location(f"{bucket}/p/plate.1001.png", options))
     np.testing.assert_array_equal(png.pixels, codes8.astype(np.float32) / np.float32(255))
 
     data = fs.cat_file(f"{bucket}/p/plate.1001.exr")
-    assert sha256_file(f"{bucket}/p/plate.1001.exr", options) == hashlib.sha256(data).hexdigest()
+    assert (
+        sha256_file(Location(f"{bucket}/p/plate.1001.exr", options))
+        == hashlib.sha256(data).hexdigest()
+    )
 
 
 def test_decode_frame_from_bytes_matches_read_plate_frame(tmp_path: Path) -> None:

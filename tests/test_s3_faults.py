@@ -27,6 +27,7 @@ from flows.shot_runner import run_planned_shot
 from schemas.catalog import open_catalog
 from schemas.settings import Settings
 from schemas.spec import parse_spec
+from storage.location import Location
 from storage.zarr_store import close_store, open_shot_store
 from tests.shot_helpers import make_plate, spec_data
 
@@ -119,7 +120,7 @@ def test_an_endpoint_killed_mid_shot_loses_nothing_the_catalog_claims(tmp_path, 
         again = run_planned_shot(plan_shot(spec, settings), catalog, client)
     assert again.status == "complete", again.failed
     assert sorted(again.done) == FRAMES, "every frame was lost with the endpoint's data"
-    store = open_shot_store(again.zarr, "r", moto.options())
+    store = open_shot_store(Location(again.zarr, moto.options()), "r")
     try:
         assert not np.isnan(store["normal"][:].astype(np.float32)).any()
     finally:

@@ -46,6 +46,7 @@ from schemas.settings import Settings
 from schemas.spec import parse_spec
 from storage.atomic import atomic_open, atomic_upload_file, atomic_write_bytes
 from storage.errors import StorageError
+from storage.location import Location
 from storage.zarr_store import close_store
 from tests.shot_helpers import make_plate, spec_data
 
@@ -235,7 +236,9 @@ HANGING_WRITER = textwrap.dedent(
     import asyncio, json, sys
     import s3fs
     from storage.atomic import atomic_open, atomic_upload_file, atomic_write_bytes
+    from storage.location import Location
     mode, uri, options, source = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    where = Location(uri, options)
     call_s3 = s3fs.S3FileSystem._call_s3
 
     async def hang_after_first_part(self, method, *args, **kwargs):
@@ -247,12 +250,12 @@ HANGING_WRITER = textwrap.dedent(
 
     s3fs.S3FileSystem._call_s3 = hang_after_first_part
     if mode == "write_bytes":
-        atomic_write_bytes(uri, open(source, "rb").read(), options)
+        atomic_write_bytes(where, open(source, "rb").read())
     elif mode == "open":
-        with atomic_open(uri, options) as handle, open(source, "rb") as data:
+        with atomic_open(where) as handle, open(source, "rb") as data:
             handle.write(data.read())
     else:
-        atomic_upload_file(source, uri, options)
+        atomic_upload_file(source, where)
     print("finished", flush=True)
     """
 )
@@ -285,7 +288,7 @@ def test_a_writer_killed_mid_multipart_upload_leaves_no_object(
     uri = f"{bucket}/out/shot/sh010.1001.exr"
     old = b"the previous complete version"
     if previous:
-        atomic_write_bytes(uri, old, options)
+        atomic_write_bytes(Location(uri, options), old)
     process = subprocess.Popen(
         [sys.executable, "-c", HANGING_WRITER, mode, uri, json.dumps(options), str(big_file)],
         stdout=subprocess.PIPE,
@@ -353,11 +356,11 @@ def test_a_write_failing_part_way_leaves_no_object(
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", fail_second_part)
     with pytest.raises((StorageError, _Injected)):
         if mode == "write_bytes":
-            atomic_write_bytes(uri, big_file.read_bytes(), options)
+            atomic_write_bytes(Location(uri, options), big_file.read_bytes())
         elif mode == "upload_file":
-            atomic_upload_file(big_file, uri, options)
+            atomic_upload_file(big_file, Location(uri, options))
         else:
-            with atomic_open(uri, options) as handle:
+            with atomic_open(Location(uri, options)) as handle:
                 handle.write(big_file.read_bytes())
                 if mode == "raise_in_block":
                     raise _Injected("the encoder failed")

@@ -15,6 +15,7 @@ from flows.submission import plate_key
 from schemas.catalog import open_catalog
 from schemas.settings import Settings
 from schemas.spec import ShotSpec
+from storage.location import Location
 from storage.object_listing import ListingError, list_objects
 from storage.retry import RetryPolicy, with_retries
 
@@ -142,7 +143,7 @@ def test_a_throttled_frame_read_waits_then_a_dead_store_fails_that_frame(s3_buck
         return real(self, path, *args, **kwargs)
 
     monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", throttled)
-    assert readers.fetch_bytes(f"{url}/p.1001.exr", options, frame=1001) == b"pixels"
+    assert readers.fetch_bytes(Location(f"{url}/p.1001.exr", options), frame=1001) == b"pixels"
     assert len(failures) == 2
 
     def down(self: s3fs.S3FileSystem, path: str, *args: Any, **kwargs: Any) -> bytes:
@@ -150,7 +151,7 @@ def test_a_throttled_frame_read_waits_then_a_dead_store_fails_that_frame(s3_buck
 
     monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", down)
     with pytest.raises(FrameError, match=r"frame 1001.*gave up after 4 attempts.*503"):
-        readers.fetch_bytes(f"{url}/p.1001.exr", options, frame=1001)
+        readers.fetch_bytes(Location(f"{url}/p.1001.exr", options), frame=1001)
 
 
 # -- scanning a bucket ----------------------------------------------------------------------------
@@ -286,13 +287,15 @@ def test_an_unreachable_store_is_retried_then_reported(tmp_path):
     started = time.monotonic()
     with pytest.raises(ListingError, match="s3://nowhere/plates"):
         list_objects(
-            "s3://nowhere/plates",
-            {
-                "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
-                "key": "k",
-                "secret": "s",
-                "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
-            },
+            Location(
+                "s3://nowhere/plates",
+                {
+                    "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+                    "key": "k",
+                    "secret": "s",
+                    "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
+                },
+            ),
             RetryPolicy(attempts=3, first_wait_s=0.05, deadline_s=5),
         )
     assert time.monotonic() - started < 30

@@ -9,9 +9,9 @@ import fsspec
 import numpy as np
 import pytest
 
-import storage.sequences as sequences
 from storage.errors import FrameError, SequenceError
 from storage.frame import Frame
+from storage.location import Location
 from storage.sequences import discover_sequence, iter_frames
 from tests.plates import exr_bytes, frame_pixels, write_sequence
 
@@ -148,13 +148,13 @@ def test_the_directory_is_listed_once_and_no_file_is_probed(
                 return counted
             return attr
 
-    real = sequences.filesystem_for
+    real = Location.fs_and_path
 
-    def spying(uri: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
-        fs, path = real(uri, options)
+    def spying(where: Location) -> tuple[Any, str]:
+        fs, path = real(where)
         return CountingFs(fs), path
 
-    monkeypatch.setattr(sequences, "filesystem_for", spying)
+    monkeypatch.setattr(Location, "fs_and_path", spying)
     seq = discover_sequence(f"{plate_dir}/plate.1001-1005#.exr")
     assert seq.frames == PRESENT
     assert calls.count("ls") == 1
@@ -214,7 +214,7 @@ def test_s3_sequence_is_listed_and_read_back(s3_bucket: tuple[str, dict[str, Any
         fs.pipe(f"{bucket}/show/sh010/plate/plate.{frame:04d}.exr", exr_bytes(pixels))
     fs.pipe(f"{bucket}/show/sh010/plate/readme.txt", b"not a frame")
 
-    seq = discover_sequence(f"{bucket}/show/sh010/plate/plate.####.exr", storage_options=options)
+    seq = discover_sequence(Location(f"{bucket}/show/sh010/plate/plate.####.exr", options))
     assert seq.frames == [1001, 1002, 1003, 1005]
     assert seq.holes == [1004]
     assert seq.uri_for(1002) == f"{bucket}/show/sh010/plate/plate.1002.exr"
@@ -239,7 +239,7 @@ def test_s3_directory_pattern(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     fs = fsspec.filesystem("s3", **options)
     for frame in (1, 2, 3):
         fs.pipe(f"{bucket}/plates/shot.{frame:05d}.exr", exr_bytes(frame_pixels(frame)))
-    seq = discover_sequence(f"{bucket}/plates/", storage_options=options)
+    seq = discover_sequence(Location(f"{bucket}/plates/", options))
     assert seq.frames == [1, 2, 3]
     assert seq.padding == 5
     assert seq.uri_for(2) == f"{bucket}/plates/shot.00002.exr"

@@ -13,6 +13,7 @@ import zarr
 from sapiens.seg_classes import SEG_CLASSES, V1_SEG_CLASSES
 from schemas.passes import zarr_arrays
 from storage.errors import FrameError, StorageError
+from storage.location import Location
 from storage.zarr_store import (
     KEYPOINTS,
     SEG_FILL,
@@ -33,7 +34,7 @@ PROVENANCE = {"sapiens2/model": "sapiens2_0.4b", "sapiens2/weights": "untrained"
 
 def _create(uri: str, passes: list[str] = ALL_PASSES, options: Any = None, **kw: Any) -> None:
     create_shot_store(
-        uri,
+        Location(uri, options),
         FRAMES,
         HEIGHT,
         WIDTH,
@@ -41,7 +42,6 @@ def _create(uri: str, passes: list[str] = ALL_PASSES, options: Any = None, **kw:
         PEOPLE,
         PROVENANCE,
         frames_per_shard=3,
-        storage_options=options,
         **kw,
     )
 
@@ -142,8 +142,8 @@ def test_s3_round_trip(s3_bucket: tuple[str, dict[str, Any]]) -> None:
     uri = f"{root}/show/sq/sh010/v001/sh010.zarr"
     _create(uri, options=options)
     arrays = _frame_arrays(3)
-    write_frame(uri, 3, arrays, storage_options=options)
-    _check_frame(read_stored_frame(uri, 3, storage_options=options), arrays)
+    write_frame(Location(uri, options), 3, arrays)
+    _check_frame(read_stored_frame(Location(uri, options), 3), arrays)
     group = zarr.open_group(uri, mode="r", storage_options=options)
     assert group.attrs["provenance"] == PROVENANCE
     np.testing.assert_array_equal(group["frame"][:], FRAMES)
