@@ -22,12 +22,13 @@ from schemas.passes import zarr_arrays
 from storage.location import Location
 from storage.zarr_store import create_shot_store
 from storage.zarr_writer import write_frame
-from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, shot_flicker
+from tasks.temporal_qc import QcJob, flagged_frames, shot_flicker
 
 W, H = 160, 96
 FRAMES = list(range(1001, 1013))
 SHAKEN = 1009  # plate and passes 8 px off for one frame, as a camera bump
 PERTURBED = {"normal": 1003, "pointmap": 1005, "albedo": 1007, "matte": 1011, "seg": 1004}
+SYNTHESISED = tuple(PERTURBED)  # the passes the synthetic shot has (one of each QC metric)
 THRESHOLD = 3.0
 
 
@@ -79,7 +80,7 @@ def perturb(name: str, value: np.ndarray) -> np.ndarray:
 def write_synthetic_shot(root: Path) -> QcJob:
     """The shot's plates (EXR) and Zarr store under ``root``; the QC job that scores it."""
     zarr = str(root / "shot.zarr")
-    create_shot_store(zarr, FRAMES, H, W, zarr_arrays(QC_PASSES), 1, {}, frames_per_shard=4)
+    create_shot_store(zarr, FRAMES, H, W, zarr_arrays(SYNTHESISED), 1, {}, frames_per_shard=4)
     uris = []
     for index, frame in enumerate(FRAMES):
         plate, passes = frame_passes(frame)
@@ -95,7 +96,7 @@ def write_synthetic_shot(root: Path) -> QcJob:
         frames=tuple(FRAMES),
         plate_uris=tuple(uris),
         plate_colorspace="lin_rec709",
-        passes=(*QC_PASSES, "pose"),
+        passes=(*SYNTHESISED, "pose"),
         plate=Location(str(root / "plate.####.exr")),
     )
 

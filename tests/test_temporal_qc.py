@@ -11,9 +11,17 @@ import re
 
 import pytest
 
-from bench.temporal_qc import FRAMES, PERTURBED, SHAKEN, THRESHOLD, write_synthetic_shot
+from bench.temporal_qc import (
+    FRAMES,
+    PERTURBED,
+    SHAKEN,
+    SYNTHESISED,
+    THRESHOLD,
+    write_synthetic_shot,
+)
 from schemas.catalog import queries
-from tasks.temporal_qc import QC_PASSES, QcJob, flagged_frames, scores, shot_flicker
+from schemas.passes import BY_NAME, PASSES
+from tasks.temporal_qc import QcJob, flagged_frames, scores, shot_flicker
 from tests import api_fixtures, catalog_fixtures
 from tests.api_fixtures import A, Filled
 from tests.catalog_fixtures import exr_uri
@@ -32,14 +40,15 @@ def synthetic_shot(tmp_path_factory: pytest.TempPathFactory) -> QcJob:
 def test_each_perturbed_frame_is_flagged_for_its_pass_and_no_other_frame(synthetic_shot):
     flicker = shot_flicker(synthetic_shot)
 
-    assert set(flicker) == set(QC_PASSES)  # pose is not a dense pass
-    for name in QC_PASSES:
+    assert set(flicker) == set(SYNTHESISED)  # pose is not a dense pass
+    assert {BY_NAME[name].qc for name in SYNTHESISED} == {p.qc for p in PASSES} - {None}
+    for name in SYNTHESISED:
         assert set(flicker[name]) == set(FRAMES)
     assert flagged_frames(flicker, THRESHOLD) == {name: [f] for name, f in PERTURBED.items()}
     for name, frame in PERTURBED.items():
         others = [s for f, s in flicker[name].items() if f != frame]
         assert flicker[name][frame] > 2 * max(others), (name, flicker[name])
-    shaken = {name: flicker[name][SHAKEN] for name in QC_PASSES}
+    shaken = {name: flicker[name][SHAKEN] for name in SYNTHESISED}
     assert max(shaken.values()) < THRESHOLD, shaken  # honest motion, however sudden
 
 
