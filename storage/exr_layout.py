@@ -1,30 +1,37 @@
-"""Which layout an EXR on disk has (multi-part or single-part), read from its first 8 bytes,
-so a resubmit can be checked against the files a version already holds without reading any
-pixels or a whole header (on S3 one small ranged read)."""
+"""Which layout an EXR this platform wrote has (`storage.exr_writer`), read from its header
+alone, so a resubmit can be checked against the files a version already holds.
+
+The file's multi-part bit is not enough: a "multipart" frame of one layer (a shot of normals
+only) is a file of one part, as OpenEXR writes it. What tells them apart is how the header
+describes its layers: `sapiens2/content` in each part (multipart), or
+`sapiens2/content/<layer>` per layer in the one part (single)."""
 
 from __future__ import annotations
 
-import struct
+import OpenEXR
 
 from storage.errors import StorageError
+from storage.exr_writer import CONTENT_KEY
 from storage.layers import ExrLayout
 from storage.location import Location, Where, as_location
-
-_MAGIC = 20000630  # OpenEXR's magic number, little-endian int32
-_MULTIPART_BIT = 0x1000  # bit 12 of the version field: the file has several parts
+from storage.native_output import captured_native_output
 
 
 def exr_layout(where: Where) -> ExrLayout:
     """The layout of the EXR at ``where``: "multipart" or "single"; StorageError naming it
-    when it is not an OpenEXR file."""
+    when it is not an EXR this platform wrote."""
     location = as_location(where)
     fs, path = location.fs_and_path()
-    with fs.open(path, "rb") as handle:
-        start = handle.read(8)
-    if len(start) < 8 or struct.unpack("<i", start[:4])[0] != _MAGIC:
-        raise StorageError(f"{location.uri}: not an OpenEXR file")
-    (version,) = struct.unpack("<I", start[4:])
-    return "multipart" if version & _MULTIPART_BIT else "single"
+    try:
+        with fs.open(path, "rb") as handle, captured_native_output(lambda _line: True):
+            parts = OpenEXR.File(handle, header_only=True).parts
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise StorageError(f"{location.uri}: not a readable OpenEXR file ({exc})") from exc
+    if len(parts) > 1 or CONTENT_KEY in parts[0].header:
+        return "multipart"
+    if any(str(key).startswith(CONTENT_KEY + "/") for key in parts[0].header):
+        return "single"
+    raise StorageError(f"{location.uri}: an EXR without {CONTENT_KEY}, not written by svfx")
 
 
 def first_exr(folder: Location, glob: str) -> str | None:

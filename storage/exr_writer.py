@@ -76,6 +76,7 @@ _NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120
 DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
 CAMERA_AXES_KEY = "sapiens2/cameraAxes"
 CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on a class-index part: id -> name
+CONTENT_KEY = "sapiens2/content"  # what a part's layer holds (single-part: CONTENT_KEY/<layer>)
 # Attributes the writer owns; provenance may not override them.
 _RESERVED = frozenset(
     {
@@ -94,9 +95,16 @@ _RESERVED = frozenset(
         "view",
         "tiles",
         "colorInteropID",
-        "sapiens2/content",
-        "sapiens2/classNames",
+        CONTENT_KEY,
+        CLASS_NAMES_KEY,
     }
+)
+# Keys a single-part file gives each layer (`_per_layer`) and the Cryptomatte's own.
+_OWNED_PREFIXES = (
+    "cryptomatte/",
+    f"{CONTENT_KEY}/",
+    f"{CLASS_NAMES_KEY}/",
+    "sapiens2/colorInteropID/",
 )
 # Standard plate attributes we copy, with the other spellings readers use (OpenImageIO names).
 _PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
@@ -238,7 +246,7 @@ def _layer_attributes(
     """What a part's header says of its layer (keyed per layer in a single-part file)."""
     attributes = {
         "colorInteropID": scene_linear_id if layer.scene_linear else "data",
-        "sapiens2/content": layer.content,
+        CONTENT_KEY: layer.content,
     }
     if layer.class_names:
         attributes[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
@@ -310,7 +318,7 @@ def _base_header(plate: Frame, provenance: Mapping[str, Any], fail: Any) -> dict
     for key, value in provenance.items():
         if not isinstance(key, str) or not key:
             raise fail(f"provenance keys must be non-empty strings, got {key!r}")
-        if key in _RESERVED or key in _PLATE_ATTRIBUTE_ALIASES or key.startswith("cryptomatte/"):
+        if key in _RESERVED or key in _PLATE_ATTRIBUTE_ALIASES or key.startswith(_OWNED_PREFIXES):
             raise fail(f"provenance key {key!r} would override an attribute the writer owns")
         if value is None:
             raise fail(f"provenance value for {key!r} is missing (None)")
