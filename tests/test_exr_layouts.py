@@ -18,14 +18,17 @@ import OpenImageIO as oiio
 import pytest
 
 from flows.inputs import exr_layout_problem
-from schemas.spec import ShotSpec
+from schemas.spec import ShotSpec, parse_spec
 from storage import cryptomatte
 from storage.exr_layout import exr_layout
 from storage.exr_writer import write_passes_exr
 from storage.frame import Frame
 from storage.layers import ExrLayout
+from storage.zarr_store import read_stored_frame
+from tasks.chunk_worker import process_chunk
 from tasks.output_paths import ShotOutputPaths
 from tests.exr_parts import exr_parts
+from tests.shot_helpers import make_plate, small_chunk_job, spec_data
 from tests.test_cryptomatte import BODY_PARTS
 from tests.test_exr_writer import (  # noqa: F401 (fixtures)
     EXPECTED_CHANNELS,
@@ -252,3 +255,27 @@ def test_layout_is_in_the_cache_key_only_when_it_changes_the_bytes() -> None:
     # the digest every multi-part output was recorded with before the option existed
     assert _spec("multipart").settings_digest() == "faafd616a63f19e2"
     assert _spec("single").settings_digest() != _spec("multipart").settings_digest()
+
+
+def test_a_worker_writes_the_single_layout_that_first_part_readers_decode(tmp_path: Path) -> None:
+    """Through the chunk worker (tiny untrained models): the frame's EXR is one part, its
+    Cryptomatte decodes in cryptomatte-api, and its class index is what the Zarr store holds."""
+    pattern = make_plate(tmp_path / "plates", frames=1)
+    spec = parse_spec(spec_data(pattern, tmp_path / "out", model_size="tiny", exr_layout="single"))
+    job = small_chunk_job(tmp_path, pattern, spec, (1001,))
+    (frame,) = process_chunk(job).frames
+    assert frame.status == "done", frame.error
+    path = job.paths.exr(1001)
+    assert exr_layout(path) == "single"
+    exr = OpenEXR.File(path, separate_channels=True)
+    assert len(exr.parts) == 1
+    channels = {n: c.pixels for n, c in exr.parts[0].channels.items()}
+    (matte,) = cryptomatte_api.Cryptomatte.load(path)
+    manifest = str(exr.parts[0].header[f"cryptomatte/{KEY}/manifest"])
+    expected = _masks(channels, manifest)
+    names = sorted(json.loads(manifest))
+    assert sorted(matte.masks()) == names
+    for name in names:
+        np.testing.assert_allclose(matte.mask(name), expected[name], atol=1e-6, err_msg=name)
+    stored = read_stored_frame(job.paths.zarr, 0)
+    np.testing.assert_array_equal(stored["seg"], channels["seg.id"].astype(np.uint8))
