@@ -49,6 +49,7 @@ from .spec_options import (
     CheckpointRootOpt,
     ChunkFramesOpt,
     ColourOpt,
+    ExrLayoutOpt,
     FamilyOpt,
     FramesOpt,
     ModelSizeOpt,
@@ -104,6 +105,7 @@ def submit(
         bool, typer.Option("--no-previews", help="no previews and no review clips")
     ] = False,
     nonfinite: NonfiniteOpt = SPEC_DEFAULTS["nonfinite"],
+    exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
     as_json: JsonOpt = False,
 ) -> None:
     """Run a shot through every pass asked for; shows progress, then a summary."""
@@ -127,6 +129,7 @@ def submit(
         "review_clips": not no_previews,
         "tiling": {"overlap": overlap},
         "nonfinite": nonfinite,
+        "exr_layout": exr_layout,
     }
     parts = shot.strip("/").split("/")
     if len(parts) != 3:

@@ -1,7 +1,7 @@
 """The checks a shot's input must pass before anything heavy runs: where it reads and writes
 (under the allowed roots once symlinks are resolved, the output folder creatable and not a
-file), which frames exist (and that none is a link out of the roots), one readable header,
-and the plate's colour space.
+file, the version's EXRs of the layout asked for), which frames exist (and that none is a
+link out of the roots), one readable header, and the plate's colour space.
 
 Nothing here imports torch, Prefect or Dask, so a refusal costs well under a second of
 imports; `flows.planning` builds the plan on top of what this returns.
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
 from storage.errors import FrameError
+from storage.exr_layout import exr_layout, first_exr
 from storage.frame import Frame
 from storage.plate_reader import read_plate_frame
 from storage.sequences import PlateSequence, discover_sequence
@@ -57,9 +58,30 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = output_problems(paths) + frames_outside_roots(sequence, settings.roots)
     if problems:
         raise SpecError("\n".join(problems))
+    layout_problem = exr_layout_problem(spec, paths)
+    if layout_problem:
+        raise SpecError(layout_problem)
     header = first_readable(sequence)
     colorspace, guessed, note = colourspace(spec, header)
     return ShotInputs(spec, output_root, paths, sequence, header, colorspace, guessed, note)
+
+
+def exr_layout_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
+    """Why the version's EXRs cannot take ``spec.exr_layout`` (None: they can). One version
+    holds one layout: the Nuke script, the catalog and every reader of the version see one
+    kind of file, so a resubmit that asks for the other is refused rather than rewriting
+    frames in it (or choosing a version number for the user)."""
+    written = first_exr(paths.location, paths.exr_glob)
+    if written is None:
+        return None
+    layout = exr_layout(paths.at(written))
+    if layout == spec.exr_layout:
+        return None
+    return (
+        f"{written}: version {spec.version} of {spec.shot_path} was written with exr_layout "
+        f"{layout}, this submit asks for {spec.exr_layout}; submit it with exr_layout "
+        f"{layout}, or as a new version"
+    )
 
 
 def output_problems(paths: ShotOutputPaths) -> list[str]:

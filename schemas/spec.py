@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import SvfxError
 from schemas import passes as pass_table
+from storage.layers import ExrLayout
 
 PassName = Literal[pass_table.PASS_NAMES]  # type: ignore[valid-type]
 # The passes with a checkpoint of their own (not those made from another pass's output).
@@ -109,6 +110,12 @@ class ShotSpec(BaseModel):
     nonfinite: Literal["error", "zero"] = Field(
         "error",
         description="plate pixels that are NaN/Inf: error (fail the frame) or zero (read as 0)",
+    )
+    exr_layout: ExrLayout = Field(
+        "multipart",
+        description="multipart: one EXR part per layer (Nuke reads each on its own); single: "
+        "every layer in one part, for readers that take only a file's first part "
+        "(cryptomatte-api and others outside Nuke)",
     )
     previews: bool = Field(True, description="previews per frame and pass")
     review_clips: bool = Field(True, description="review clips (mp4) per pass")
@@ -205,7 +212,8 @@ class ShotSpec(BaseModel):
         return f"{self.show}/{self.sequence}/{self.shot}"
 
     def settings_digest(self) -> str:
-        """What besides plate and checkpoints changes the pixels (part of the cache key)."""
+        """What besides plate and checkpoints changes the outputs' bytes (part of the cache
+        key)."""
         relevant = {
             "colorspace": self.colorspace,
             "tiling": self.tiling.model_dump(),
@@ -215,6 +223,8 @@ class ShotSpec(BaseModel):
         }
         if self.nonfinite != "error":  # only then: existing cache keys stay valid
             relevant["nonfinite"] = self.nonfinite
+        if self.exr_layout != "multipart":  # the same bytes otherwise: keys stay valid
+            relevant["exr_layout"] = self.exr_layout
         text = json.dumps(relevant, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -20,6 +20,15 @@ pixel aspect ratio and the safe standard attributes (timecode, frame rate, captu
 its `colorInteropID`, and the caller's provenance strings. Every channel carries its layer
 prefix, because Nuke and OpenImageIO derive layers from channel names, not part names.
 
+Layout `single` puts every layer in one part instead, for readers that take only a file's
+first part (cryptomatte-api, many outside Nuke): one header, channels of each layer's own
+pixel type side by side (OpenEXR types channels, not parts). What a part's header says of
+its layer is said per layer there, the layer's name ending the key:
+`sapiens2/content/<layer>`, `sapiens2/colorInteropID/<layer>`, `sapiens2/classNames/<layer>`;
+the file's own `colorInteropID` is written only when every layer has the same one (`data`
+unless albedo is among them). Reading one layer decodes every channel of its scanlines, so
+the default stays `multipart`.
+
 The Cryptomatte metadata (`cryptomatte/<key>/...`) is written into the header of *every*
 part when the `CryptoBodyPart` part is written, not only into that part: Nuke users report
 Cryptomatte layers missing from the metadata of multi-part files whose Cryptomatte sits in a
@@ -58,7 +67,7 @@ from storage import cryptomatte
 from storage.atomic import WriteResult, atomic_open
 from storage.errors import FrameError
 from storage.frame import Box, Frame
-from storage.layers import ExrLayer
+from storage.layers import ExrLayer, ExrLayout
 from storage.location import Where, as_location
 
 log = logging.getLogger(__name__)
@@ -67,6 +76,7 @@ _NTSC_RATES = tuple(Fraction(base * 1000, 1001) for base in (24, 30, 48, 60, 120
 DEFAULT_CAMERA_AXES = "opencv: +x right, +y down, +z forward"
 CAMERA_AXES_KEY = "sapiens2/cameraAxes"
 CLASS_NAMES_KEY = "sapiens2/classNames"  # JSON list on a class-index part: id -> name
+CONTENT_KEY = "sapiens2/content"  # what a part's layer holds (single-part: CONTENT_KEY/<layer>)
 # Attributes the writer owns; provenance may not override them.
 _RESERVED = frozenset(
     {
@@ -85,9 +95,16 @@ _RESERVED = frozenset(
         "view",
         "tiles",
         "colorInteropID",
-        "sapiens2/content",
-        "sapiens2/classNames",
+        CONTENT_KEY,
+        CLASS_NAMES_KEY,
     }
+)
+# Keys a single-part file gives each layer (`_per_layer`) and the Cryptomatte's own.
+_OWNED_PREFIXES = (
+    "cryptomatte/",
+    f"{CONTENT_KEY}/",
+    f"{CLASS_NAMES_KEY}/",
+    "sapiens2/colorInteropID/",
 )
 # Standard plate attributes we copy, with the other spellings readers use (OpenImageIO names).
 _PLATE_ATTRIBUTE_ALIASES: dict[str, tuple[str, ...]] = {
@@ -112,8 +129,10 @@ def write_passes_exr(
     *,
     class_names: Sequence[str] | None = None,
     scene_linear_id: str = "lin_ap1_scene",
+    layout: ExrLayout = "multipart",
 ) -> WriteResult:
-    """Write one frame's parts as a multi-part EXR at `where`, atomically (local or S3).
+    """Write one frame's parts as a multi-part EXR at `where`, atomically (local or S3), or,
+    with `layout` "single", every part's channels in the one part of a single-part EXR.
 
     `layers` are the parts the file may hold, in the order they are written; `parts` maps
     the names of those given to their channels, already in the layer's pixel type and
@@ -138,6 +157,7 @@ def write_passes_exr(
         class_names=class_names,
         scene_linear_id=scene_linear_id,
         uri=uri,
+        layout=layout,
     )
     # Straight into the atomic temporary file: no in-memory copy of the encoded frame.
     writer = atomic_open(where)
@@ -163,6 +183,7 @@ def _build_file(
     class_names: Sequence[str] | None,
     scene_linear_id: str,
     uri: str,
+    layout: ExrLayout = "multipart",
 ) -> OpenEXR.File:
     """The parts of the file, checked, ready to encode."""
 
@@ -188,19 +209,48 @@ def _build_file(
         except ValueError as exc:
             raise fail(str(exc)) from exc
 
-    exr_parts = []
+    checked: dict[str, dict[str, np.ndarray]] = {}
     for layer in chosen:
         try:
-            channels = _checked_channels(layer, parts[layer.part], size)
+            checked[layer.part] = _checked_channels(layer, parts[layer.part], size)
         except ValueError as exc:
             raise fail(f"part {layer.part!r}: {exc}") from exc
+    described = {
+        layer.part: _layer_attributes(layer, scene_linear_id, class_names) for layer in chosen
+    }
+    if layout == "single":
         header = dict(base)
-        header["colorInteropID"] = scene_linear_id if layer.scene_linear else "data"
-        header["sapiens2/content"] = layer.content
-        if layer.class_names:
-            header[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
-        exr_parts.append(OpenEXR.Part(header, channels, layer.part))
-    return OpenEXR.File(exr_parts)
+        for part, attributes in described.items():
+            header.update({_per_layer(key, part): value for key, value in attributes.items()})
+        interop = {attributes["colorInteropID"] for attributes in described.values()}
+        if len(interop) == 1:
+            header["colorInteropID"] = interop.pop()
+        merged = {name: plane for channels in checked.values() for name, plane in channels.items()}
+        return OpenEXR.File(header, merged)
+    return OpenEXR.File(
+        [
+            OpenEXR.Part({**base, **described[part]}, channels, part)
+            for part, channels in checked.items()
+        ]
+    )
+
+
+def _per_layer(key: str, layer: str) -> str:
+    """A part's attribute key as a single-part file's, for one of its layers."""
+    return f"{key if key.startswith('sapiens2/') else 'sapiens2/' + key}/{layer}"
+
+
+def _layer_attributes(
+    layer: ExrLayer, scene_linear_id: str, class_names: Sequence[str] | None
+) -> dict[str, str]:
+    """What a part's header says of its layer (keyed per layer in a single-part file)."""
+    attributes = {
+        "colorInteropID": scene_linear_id if layer.scene_linear else "data",
+        CONTENT_KEY: layer.content,
+    }
+    if layer.class_names:
+        attributes[CLASS_NAMES_KEY] = json.dumps(list(class_names or ()))
+    return attributes
 
 
 def part_channels(layer: ExrLayer, crypto_ranks: int = cryptomatte.DEFAULT_RANKS) -> list[str]:
@@ -268,7 +318,7 @@ def _base_header(plate: Frame, provenance: Mapping[str, Any], fail: Any) -> dict
     for key, value in provenance.items():
         if not isinstance(key, str) or not key:
             raise fail(f"provenance keys must be non-empty strings, got {key!r}")
-        if key in _RESERVED or key in _PLATE_ATTRIBUTE_ALIASES or key.startswith("cryptomatte/"):
+        if key in _RESERVED or key in _PLATE_ATTRIBUTE_ALIASES or key.startswith(_OWNED_PREFIXES):
             raise fail(f"provenance key {key!r} would override an attribute the writer owns")
         if value is None:
             raise fail(f"provenance value for {key!r} is missing (None)")

@@ -4,14 +4,19 @@ values. Storage never knows a pass; the pass table (`schemas.passes`) builds the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 PreviewKind = Literal["vectors", "inverse_depth", "relative_depth", "colour", "alpha", "labels"]
+# How a frame's layers sit in its EXR: one part per layer (Nuke reads each on its own), or
+# every layer in one header (readers that take only a file's first part see them all).
+ExrLayout = Literal["multipart", "single"]
+EXR_LAYOUTS: tuple[ExrLayout, ...] = get_args(ExrLayout)
 
 
 @dataclass(frozen=True)
 class ExrLayer:
-    """One part of the per-frame multi-part EXR, and the layer its channels form.
+    """One part of the per-frame multi-part EXR (or one layer of the single-part one), and
+    the layer its channels form.
 
     ``channels`` are full channel names (layer prefix included: Nuke and OpenImageIO derive
     layers from channel names, not part names). A layer whose channels are Cryptomatte ranks

@@ -159,6 +159,7 @@ class FrameWriter:
                     self.provenance,
                     class_names=self.class_names,
                     scene_linear_id=self.colour.albedo_interop_id,
+                    layout=self.spec.exr_layout,
                 )
             written.append(exr.uri)
             for layer in (layer for layer in self.layers if layer.part in parts):

@@ -2,7 +2,8 @@
 ``<root>/<show>/<seq>/<shot>/<element>/sapiens2_<version>/...`` for a plate element of a shot
 with several (``bg01``, ``fg01``), so two elements never overwrite each other.
 
-    <name>.<frame>.exr                 multi-part EXR per frame (every pass asked for)
+    <name>.<frame>.exr                 EXR per frame (every pass asked for; multi-part unless
+                                       the spec's exr_layout is single)
     <name>.zarr                        Zarr v3 group for the whole shot
     <name>_pose.json                   pose of the shot, readable without the platform
     <name>.nk                          Nuke script reading every EXR layer of the shot
@@ -65,6 +66,11 @@ class ShotOutputPaths:
 
     def exr(self, frame: int) -> str:
         return f"{self.root}/{self.name}.{self._frame(frame)}.exr"
+
+    @property
+    def exr_glob(self) -> str:
+        """The file names of the shot's EXRs, as a glob inside its folder."""
+        return f"{self.name}.*.exr"
 
     @property
     def exr_pattern(self) -> str:

@@ -1,0 +1,44 @@
+"""Which layout an EXR this platform wrote has (`storage.exr_writer`), read from its header
+alone, so a resubmit can be checked against the files a version already holds.
+
+The file's multi-part bit is not enough: a "multipart" frame of one layer (a shot of normals
+only) is a file of one part, as OpenEXR writes it. What tells them apart is how the header
+describes its layers: `sapiens2/content` in each part (multipart), or
+`sapiens2/content/<layer>` per layer in the one part (single)."""
+
+from __future__ import annotations
+
+import OpenEXR
+
+from storage.errors import StorageError
+from storage.exr_writer import CONTENT_KEY
+from storage.layers import ExrLayout
+from storage.location import Location, Where, as_location
+from storage.native_output import captured_native_output
+
+
+def exr_layout(where: Where) -> ExrLayout:
+    """The layout of the EXR at ``where``: "multipart" or "single"; StorageError naming it
+    when it is not an EXR this platform wrote."""
+    location = as_location(where)
+    fs, path = location.fs_and_path()
+    try:
+        with fs.open(path, "rb") as handle, captured_native_output(lambda _line: True):
+            parts = OpenEXR.File(handle, header_only=True).parts
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise StorageError(f"{location.uri}: not a readable OpenEXR file ({exc})") from exc
+    if len(parts) > 1 or CONTENT_KEY in parts[0].header:
+        return "multipart"
+    if any(str(key).startswith(CONTENT_KEY + "/") for key in parts[0].header):
+        return "single"
+    raise StorageError(f"{location.uri}: an EXR without {CONTENT_KEY}, not written by svfx")
+
+
+def first_exr(folder: Location, glob: str) -> str | None:
+    """The URI of the first (by name) file matching ``glob`` in ``folder``, or None."""
+    fs, path = folder.fs_and_path()
+    try:
+        found = sorted(fs.glob(f"{path.rstrip('/')}/{glob}"))
+    except FileNotFoundError:
+        return None
+    return f"{folder.uri.rstrip('/')}/{found[0].rsplit('/', 1)[-1]}" if found else None
