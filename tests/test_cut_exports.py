@@ -84,6 +84,12 @@ def test_a_pattern_finds_the_id_inside_the_name_and_reads_only_its_field():
     # a colon inside the regex is the regex's, not a field
     non_capturing = parse_shot_pattern(r"marker:(?:VFX )?(?P<shot>ZZ\d+_\d+)")
     assert non_capturing.extract(("VFX ZZ100_502",)) == ({"shot": "ZZ100_502"}, "")
+    by_marker = parse_shot_pattern(f"marker:{SHOT_ID}")
+    assert by_marker.extract(("ZZ100_501 fix", "ZZ100_501")) == ({"shot": "ZZ100_501"}, "")
+    assert by_marker.extract(("ZZ100_501", "ZZ100_502 too")) == (
+        {},
+        f"--shot-pattern marker:{SHOT_ID} finds several shots (ZZ100_501, ZZ100_502): ambiguous",
+    )
 
 
 # -- Avid Media Composer EDL ----------------------------------------------------------------------
