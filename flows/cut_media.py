@@ -145,8 +145,11 @@ def _local(url: str, base_dir: str) -> str:
 
 
 def record_timecodes(clip: Any, track: Any, offset: otio.opentime.RationalTime | None) -> str:
+    """The clip's record in-out on the timeline. Taken in the stack that holds the track, so
+    the track's own range counts: the EDL adapter keeps the first record timecode there
+    (a track starting at ``-01:00:00:00``), not in the timeline's global start."""
     try:
-        record = clip.transformed_time_range(clip.trimmed_range(), track)
+        record = clip.transformed_time_range(clip.trimmed_range(), track.parent() or track)
     except Exception:  # no source range: said as the clip's problem
         return ""
     start = record.start_time + offset if offset is not None else record.start_time

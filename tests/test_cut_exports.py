@@ -108,6 +108,11 @@ def test_avid_edl_shot_ids_from_clip_names_with_takes(tmp_path):
         "ZZ100 504 TEMP",
         "ZZ100_505 (LAY1)",
     ]
+    # record timecodes as the EDL writes them (the adapter keeps the first in the track)
+    assert [c.record for c in result.clips][:2] == [
+        "01:00:00:00-01:00:02:12",
+        "01:00:02:12-01:00:05:06",  # the dissolve's incoming clip, from the cut point
+    ]
     assert shots(result) == {
         "clip 1 'ZZ100_501 (LAY3)'": "ZZ100_501",
         "clip 2 'ZZ100_502 (ANIM1)'": "ZZ100_502",
