@@ -74,18 +74,18 @@ def parse_shot_pattern(text: str) -> ShotPattern:
     if not colon or field not in PATTERN_FIELDS:
         known = ", ".join(f"{f}:" for f in PATTERN_FIELDS)
         raise ShotPatternError(
-            f"--shot-pattern {text!r} must start with the field it reads ({known}), "
+            f"--shot-pattern '{text}' must start with the field it reads ({known}), "
             "e.g. 'clip:(?P<shot>[A-Z]+\\d+_\\d+)'"
         )
     try:
         regex = re.compile(pattern)
     except re.error as exc:
         raise ShotPatternError(
-            f"--shot-pattern {text!r} is not a valid regular expression: {exc}"
+            f"--shot-pattern '{text}' is not a valid regular expression: {exc}"
         ) from None
     if "shot" not in regex.groupindex:
         raise ShotPatternError(
-            f"--shot-pattern {text!r} has no group named shot: write (?P<shot>...) around "
+            f"--shot-pattern '{text}' has no group named shot: write (?P<shot>...) around "
             "the shot ID"
         )
     return ShotPattern(field, regex)

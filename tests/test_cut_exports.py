@@ -73,7 +73,7 @@ def test_a_pattern_that_cannot_be_used_is_one_error_naming_it(text, said):
     with pytest.raises(ShotPatternError) as caught:
         parse_shot_pattern(text)
     message = str(caught.value)
-    assert message.startswith(f"--shot-pattern {text!r} ") and said in message
+    assert message.startswith(f"--shot-pattern '{text}' ") and said in message
     assert "\n" not in message
 
 
@@ -282,7 +282,7 @@ def test_dry_run_reads_at_80_columns_with_problems_under_the_tables(home):
 def test_a_bad_pattern_stops_the_command_with_one_line(home, pattern):
     result = submit_edit(CUTS / "avid_zz100_v012.edl", "--shot-pattern", pattern, "--dry-run")
     assert result.exit_code == 2, why(result)
-    assert result.stderr.startswith(f"error: --shot-pattern {pattern!r} ")
+    assert result.stderr.startswith(f"error: --shot-pattern '{pattern}' ")
     assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout
     assert isinstance(result.exception, SystemExit)
 
