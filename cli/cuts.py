@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from flows.cut_planning import CutPlan, plan_cut
-from flows.cut_templates import DEFAULT_PLATE_TEMPLATE, DEFAULT_SHOT_TEMPLATE
+from flows.cut_templates import DEFAULT_PLATE_TEMPLATE
 from flows.edit_cuts import CutError, CutOptions, load_cut
 from flows.orchestrator import OrchestratorError, prefect_api
 from flows.plate_template import TemplateError
+from flows.shot_patterns import parse_shot_pattern
 from schemas.settings import Settings
 from storage.sequences import PlateSequence, discover_sequence
 
@@ -21,7 +21,6 @@ from .console import (
     EXIT_FAILED,
     EXIT_OK,
     JsonOpt,
-    err,
     exit_code,
     get_settings,
     interactive,
@@ -30,6 +29,7 @@ from .console import (
     refusing,
     table,
 )
+from .cut_report import show_cut
 from .spec_options import (
     DEFAULT_PASSES,
     SPEC_DEFAULTS,
@@ -56,7 +56,17 @@ def submit_edit(
         str | None,
         typer.Option(
             help="the shot name from the clip's fields: {clip} (default), {marker} (e.g. an EDL "
-            "* LOC: name), {reel}, {index} ({index:03d}), {track}, {show}, {seq}"
+            "* LOC: name), {source} (source file name), {reel}, {index} ({index:03d}), "
+            "{track}, {show}, {seq}, and the named groups of --shot-pattern"
+        ),
+    ] = None,
+    shot_pattern: Annotated[
+        str | None,
+        typer.Option(
+            help="FIELD:REGEX, FIELD one of clip, source, marker, reel: the shot ID is the "
+            "regex's group (?P<shot>...) found in that field, e.g. "
+            "'clip:(?P<shot>[A-Z]+\\d+_\\d+)' takes ZZ100_501 from 'ZZ100_501 (LAY3)'; "
+            "a clip it does not match is refused"
         ),
     ] = None,
     plates_root: Annotated[
@@ -88,11 +98,13 @@ def submit_edit(
     all complete, 1 some partial, 2 a clip refused or a shot failed."""
     settings = get_settings()
     interactive()
+    pattern = refusing(lambda: parse_shot_pattern(shot_pattern)) if shot_pattern else None
     options = CutOptions(
         show=show,
         seq=seq,
         handles=handles,
-        shot_template=shot_template or DEFAULT_SHOT_TEMPLATE,
+        shot_template=shot_template,
+        shot_pattern=pattern,
         plates_root=absolute_paths({"plate": plates_root})["plate"],
         plate_template=plate_template or DEFAULT_PLATE_TEMPLATE,
         rate=rate,
@@ -114,7 +126,7 @@ def submit_edit(
     if as_json and dry_run:
         print_json(plan.as_dict())
     elif not as_json:
-        _show_cut(plan)
+        show_cut(plan)
     if dry_run:
         raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
     results = _run_cut(plan, settings, dask_address, as_json)
@@ -149,33 +161,6 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
             source=cut,
         )
     )
-
-
-def _show_cut(plan: CutPlan) -> None:
-    """The clips -> shots -> frames -> plate table, what would be submitted, and each refused
-    clip on stderr (named, with the reason)."""
-    rows = [
-        {
-            "clip": f"{c.index} {c.name}" if c.name else f"{c.index} (no name)",
-            "record": c.record,
-            "shot": c.shot,
-            "frames": c.frames,
-            "plate": c.plate,
-            "problem": "; ".join(c.problems),
-        }
-        for c in plan.clips
-    ]
-    table(rows, ["clip", "record", "shot", "frames", "plate", "problem"], title=plan.source)
-    shots = [{**s.as_dict(), "clips": len(s.clips)} for s in plan.shots]
-    if shots:
-        table(shots, ["shot", "frames", "plate", "clips"], title=f"shots to submit: {len(shots)}")
-    for clip in plan.refused:
-        for problem in clip.problems:
-            err.print(
-                f"[bold red]refused:[/] {escape(clip.label)}: {escape(problem)}",
-                highlight=False,
-                soft_wrap=True,
-            )
 
 
 def _run_cut(

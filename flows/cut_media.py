@@ -1,7 +1,7 @@
 """Where a clip of a cut reads its plate, and which plate frames its source range covers
 (cuts in; the rules are in ``flows.edit_cuts``): the clip's media reference or the
 ``--plates-root`` template, ``file://`` URLs and paths relative to the cut, source time to
-plate frame numbers, and the timecodes a clip is shown with."""
+plate frame numbers, the clip's source file name, and the timecodes a clip is shown with."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 import fileseq
@@ -60,6 +60,30 @@ def clip_media(
 
 
 _GIVE_ROOT = "give --plates-root (and --plate-template)"
+_SOURCE_FILE = re.compile(r"SOURCE FILE:?\s*(?P<name>.*)$", re.IGNORECASE)
+
+
+def source_file(clip: Any) -> str:
+    """The clip's source file name, without its folder: an EDL's ``* SOURCE FILE:`` comment
+    (Avid, Premiere; OTIO's adapter keeps it among the clip's comments), else the file its
+    media reference names (``* FROM CLIP:``/``* FROM FILE:``, an FCP XML ``pathurl``, an
+    OTIO reference); "" when the cut names none."""
+    comments = clip.metadata.get("cmx_3600", {}).get("comments", []) or []
+    for comment in comments:
+        found = _SOURCE_FILE.match(str(comment).strip())
+        if found and found["name"].strip():
+            return _file_name(found["name"].strip())
+    ref = clip.media_reference
+    if isinstance(ref, otio.schema.ImageSequenceReference):
+        return _file_name(ref.abstract_target_url(_pad_token(ref.frame_zero_padding)))
+    if isinstance(ref, otio.schema.ExternalReference) and ref.target_url:
+        return _file_name(ref.target_url)
+    return ""
+
+
+def _file_name(path_or_url: str) -> str:
+    path = urlsplit(path_or_url, allow_fragments=False).path or path_or_url
+    return unquote(path.replace("\\", "/").rstrip("/").rpartition("/")[2])
 
 
 def frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None, int | None, str]:
@@ -121,8 +145,11 @@ def _local(url: str, base_dir: str) -> str:
 
 
 def record_timecodes(clip: Any, track: Any, offset: otio.opentime.RationalTime | None) -> str:
+    """The clip's record in-out on the timeline. Taken in the stack that holds the track, so
+    the track's own range counts: the EDL adapter keeps the first record timecode there
+    (a track starting at ``-01:00:00:00``), not in the timeline's global start."""
     try:
-        record = clip.transformed_time_range(clip.trimmed_range(), track)
+        record = clip.transformed_time_range(clip.trimmed_range(), track.parent() or track)
     except Exception:  # no source range: said as the clip's problem
         return ""
     start = record.start_time + offset if offset is not None else record.start_time

@@ -12,12 +12,13 @@ from .plate_template import TemplateError
 
 DEFAULT_SHOT_TEMPLATE = "{clip}"
 DEFAULT_PLATE_TEMPLATE = "{shot}/plate/{shot}_plate.####.exr"
-CLIP_FIELDS = ("clip", "marker", "reel", "index", "track", "show", "seq", "sequence")
+CLIP_FIELDS = ("clip", "marker", "source", "reel", "index", "track", "show", "seq", "sequence")
 PLATE_FIELDS = (*CLIP_FIELDS, "shot")
 
 _MISSING = {
     "clip": "the clip has no name",
     "marker": "the clip has no marker (an EDL * LOC: line) to name its shot",
+    "source": "the clip has no source file name",
     "reel": "the clip has no reel name",
     "track": "the clip's track has no name",
     "shot": "the clip has no shot name",
@@ -41,8 +42,9 @@ def template_fields(template: str, known: tuple[str, ...], option: str) -> list[
 def fill_template(
     template: str, fields: Mapping[str, Any], markers: tuple[str, ...]
 ) -> tuple[str, str]:
-    """(the filled template, "") or ("", why not) when the clip lacks a field it uses."""
-    for name in template_fields(template, PLATE_FIELDS, "template"):
+    """(the filled template, "") or ("", why not) when the clip lacks a field it uses (the
+    template's fields were checked before any clip was read: ``template_fields``)."""
+    for name in template_fields(template, tuple(fields), "template"):
         if fields.get(name) in ("", None):
             if name == "marker" and len(markers) > 1:
                 listed = ", ".join(markers)

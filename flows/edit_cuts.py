@@ -13,9 +13,14 @@ The rules, decided here and documented in the README:
 - **Shot name**: ``--shot-template`` is filled from the clip's fields (``str.format``):
   ``{clip}`` (the clip's name; the default template), ``{marker}`` (the name of the clip's
   marker, e.g. an EDL ``* LOC:`` line, where editorial usually puts the VFX shot ID),
-  ``{reel}`` (an EDL's reel), ``{index}`` (1-based, ``{index:03d}`` pads), ``{track}``,
+  ``{source}`` (its source file name: an EDL's ``* SOURCE FILE:``, else its media's file
+  name), ``{reel}`` (an EDL's reel), ``{index}`` (1-based, ``{index:03d}`` pads), ``{track}``,
   ``{show}``, ``{seq}``. A field the clip lacks is a problem of that clip, never a guess;
   so is a clip with several different marker names when the template asks for ``{marker}``.
+  ``--shot-pattern FIELD:REGEX`` (``flows.shot_patterns``) pulls the shot ID out of the
+  clip's name, source file, markers or reel instead (``ZZ100_501 (LAY3)``); the template is
+  then ``{shot}`` unless given, and may use every named group of the pattern. A clip the
+  pattern does not match has no shot name.
   The EDL adapter names a clip without ``* FROM CLIP NAME:`` by its event number: for an EDL
   a name of digits only counts as no name.
 - **Frames**: the clip's source range, in plate frame numbers, widened by ``--handles`` on
@@ -48,7 +53,7 @@ import opentimelineio as otio
 
 from core.errors import SvfxError
 
-from .cut_media import clip_media, frame_range, record_timecodes
+from .cut_media import clip_media, frame_range, record_timecodes, source_file
 from .cut_templates import (
     CLIP_FIELDS,
     DEFAULT_PLATE_TEMPLATE,
@@ -57,6 +62,7 @@ from .cut_templates import (
     fill_template,
     template_fields,
 )
+from .shot_patterns import ShotPattern
 
 FORMATS = {".otio": "otio_json", ".otioz": "otioz", ".edl": "cmx_3600", ".xml": "fcp_xml"}
 
@@ -72,10 +78,23 @@ class CutOptions:
     show: str
     seq: str
     handles: int = 0
-    shot_template: str = DEFAULT_SHOT_TEMPLATE
+    shot_template: str | None = None  # None: {clip}, or {shot} with a shot_pattern
+    shot_pattern: ShotPattern | None = None
     plates_root: str | None = None
     plate_template: str = DEFAULT_PLATE_TEMPLATE
     rate: float = 24.0  # EDLs carry no rate
+
+    @property
+    def template(self) -> str:
+        """The shot template in force."""
+        if self.shot_template:
+            return self.shot_template
+        return "{shot}" if self.shot_pattern else DEFAULT_SHOT_TEMPLATE
+
+    @property
+    def pattern_groups(self) -> tuple[str, ...]:
+        """The fields the pattern adds (its named groups, ``shot`` among them)."""
+        return self.shot_pattern.groups if self.shot_pattern else ()
 
 
 @dataclass(frozen=True)
@@ -154,9 +173,11 @@ def load_cut(path: str, options: CutOptions) -> tuple[CutClip, ...]:
 
 def check_templates(options: CutOptions) -> None:
     """TemplateError for a template naming an unknown field (before any clip is read)."""
-    template_fields(options.shot_template, CLIP_FIELDS, "--shot-template")
+    groups = options.pattern_groups
+    template_fields(options.template, (*CLIP_FIELDS, *groups), "--shot-template")
     if options.plates_root:
-        template_fields(options.plate_template, PLATE_FIELDS, "--plate-template")
+        known = (*PLATE_FIELDS, *groups)
+        template_fields(options.plate_template, tuple(dict.fromkeys(known)), "--plate-template")
 
 
 def cut_clips(
@@ -203,6 +224,7 @@ def _clip_record(
     fields: dict[str, Any] = {
         "clip": name,
         "marker": markers[0] if len(markers) == 1 else "",
+        "source": source_file(clip),
         "reel": _reel(clip),
         "index": index,
         "track": track.name or "",
@@ -211,7 +233,7 @@ def _clip_record(
         "sequence": options.seq,
     }
     problems: list[str] = []
-    shot, why = fill_template(options.shot_template, fields, markers)
+    shot, fields, why = _shot_name(options, fields, markers)
     if why:
         problems.append(f"no shot name: {why}")
     plate, to_frame, why = clip_media(
@@ -234,6 +256,22 @@ def _clip_record(
         markers=markers,
         problems=tuple(problems),
     )
+
+
+def _shot_name(
+    options: CutOptions, fields: dict[str, Any], markers: tuple[str, ...]
+) -> tuple[str, dict[str, Any], str]:
+    """(the shot name, the fields with the pattern's groups, "") or ("", fields, why not):
+    the pattern's groups first, then the template filled from them and the clip's fields."""
+    pattern = options.shot_pattern
+    if pattern:
+        values = markers if pattern.field == "marker" else (fields[pattern.field],)
+        groups, why = pattern.extract(tuple(v for v in values if v))
+        if why:
+            return "", fields, why
+        fields = {**fields, **groups}
+    shot, why = fill_template(options.template, fields, markers)
+    return shot, fields, why
 
 
 def _reel(clip: Any) -> str:
