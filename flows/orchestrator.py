@@ -12,7 +12,13 @@ letting Prefect start its own ephemeral one: ours
   exits at end of file, which comes even when the parent is killed with SIGKILL.
 
 Its database is Prefect's usual one under ``PREFECT_HOME`` (``$SVFX_HOME/prefect``), so every
-command on this host sees the same runs (a scan knows what a submit is running).
+command on this host sees the same runs (a scan knows what a submit is running). Commands
+started together therefore start their servers one at a time (a file lock in that folder,
+held from the choice of the port until the server answers): a server's startup migrates that
+database and registers Prefect's block types in it, and two doing so at once fail each other
+(Alembic's "Online migration expected to match one row", a CircularDependencyError, then
+"Application startup failed"). Once started, the servers share the database as Prefect's
+ephemeral ones do.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock
+
 from core.errors import SvfxError
 
 log = logging.getLogger("svfx.orchestrator")
 
 HEALTH_TIMEOUT_S = 10.0  # a configured server must answer /health within this
+# Held, in PREFECT_HOME, by the command whose embedded server is starting (see above).
+STARTUP_LOCK = "embedded-server-startup.lock"
 # What to do about a configured server that does not answer: commands that run a flow here
 # can fall back on an embedded server; `svfx serve` cannot (its runs outlive it).
 EMBEDDED_HINT = "Start it (`prefect server start`), or unset PREFECT_API_URL to use an embedded one"
@@ -136,15 +146,29 @@ class EmbeddedPrefect:
     def __init__(self, home: Path, start_timeout_s: float) -> None:
         self.home = home
         self.start_timeout_s = start_timeout_s
-        self.port = free_loopback_port()
-        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.port = 0  # chosen when it starts
         self.log_path = home / "server.log"
         self.process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
     def __enter__(self) -> EmbeddedPrefect:
+        self.home.mkdir(parents=True, exist_ok=True)
+        # No timeout: whoever holds the lock lets go within its own start timeout (its server
+        # answers, or is stopped), and the kernel releases it when that process dies.
+        with FileLock(self.home / STARTUP_LOCK):
+            self._start()
+        assert self.process is not None
+        log.info("embedded Prefect server on %s (pid %d)", self.api_url, self.process.pid)
+        return self
+
+    def _start(self) -> None:
+        """Start the child and wait until it answers; stopped again when it does not."""
         from prefect.settings import get_current_settings
 
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.port = free_loopback_port()
         env = {
             **os.environ,
             **get_current_settings().to_environment_variables(exclude_unset=True),
@@ -168,8 +192,6 @@ class EmbeddedPrefect:
         except BaseException:
             self.stop()
             raise
-        log.info("embedded Prefect server on %s (pid %d)", self.api_url, self.process.pid)
-        return self
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()

@@ -22,7 +22,7 @@ from .errors import CheckpointError
 from .finite import nonfinite_tensors
 from .info import ModelInfo
 from .model import SapiensModel, make_model
-from .safetensors_format import Shapes, read_header, read_tensor_index
+from .safetensors_format import Shapes, read_header, read_tensor_index, sort_metadata
 
 
 def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
@@ -150,7 +150,8 @@ def save_model(model: SapiensModel, path: str | os.PathLike[str], *, trained: bo
     """Save in the upstream layout (+ metadata: arch, task, input size, whether trained).
 
     Returns the file's sha256. Used by tests and the demo for random-weight models; the
-    metadata marks them untrained so every output made with them says so.
+    metadata marks them untrained so every output made with them says so. The same model
+    saves to the same bytes in any process (`sort_metadata`).
     """
     from safetensors.torch import save_file
 
@@ -169,4 +170,5 @@ def save_model(model: SapiensModel, path: str | os.PathLike[str], *, trained: bo
         meta["patch_padding"] = str(info.backbone.patch_padding)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, os.fspath(path), metadata=meta)
+    sort_metadata(path)  # the same model saves to the same bytes, in any process
     return sha256_file(path)

@@ -1,4 +1,5 @@
-"""Reading a safetensors file's header, and telling it apart from pickled torch files.
+"""Reading a safetensors file's header, and telling it apart from pickled torch files; putting
+the metadata a writer left in hash order into key order (`sort_metadata`).
 
 No torch here (only the standard library), so the flow process can read headers cheaply.
 
@@ -119,6 +120,28 @@ def read_tensor_index(
             path, f"{size - expected} bytes after the last tensor the header describes"
         )
     return entries, {str(k): str(v) for k, v in metadata.items()}
+
+
+def sort_metadata(path: str | os.PathLike[str]) -> bool:
+    """Rewrite the header of a file just written, in place, with its ``__metadata__`` entries
+    in key order; True when done (False: no metadata, or it would not fit, never for ASCII).
+
+    safetensors writes that map in hash order, different in each process, so two saves of the
+    same tensors and metadata differ in bytes and sha256; sorted, they are equal. Only the
+    order changes, so the header keeps its length (padded with spaces as writers pad it) and
+    the tensor bytes are not touched."""
+    with open(path, "r+b") as fh:
+        header, data_start = _parse_header(fh, os.fstat(fh.fileno()).st_size)
+        metadata = header.get("__metadata__")
+        if not isinstance(metadata, dict) or not metadata:
+            return False
+        header["__metadata__"] = dict(sorted(metadata.items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(text) > data_start - 8:
+            return False
+        fh.seek(8)
+        fh.write(text.ljust(data_start - 8, b" "))
+    return True
 
 
 def _data_end(path: str, entries: dict[str, TensorEntry], data_start: int) -> int:

@@ -197,15 +197,24 @@ _BUILD_LOCK = threading.Lock()
 def untrained_checkpoint(
     model_size: str, task: str, directory: str | os.PathLike[str], family: str = SAPIENS2
 ) -> CheckpointRef:
-    """A random-weight model of this size, task and family, built once (fixed seed), saved."""
+    """A random-weight model of this size, task and family, built once (fixed seed), saved.
+
+    Built under a file lock next to it, so submits started together build it once: the others
+    wait, then take the file as it is. A file already there is never rewritten (another
+    process may have chosen it and be checking its sha256). Its bytes are the same whichever
+    process builds it (`sapiens.loading.save_model`), so a lost home rebuilds the same files."""
+    from filelock import FileLock
+
     from sapiens.loading import save_model
     from sapiens.model import build_model
 
     arch = wanted_arch(model_size, family)
     path = Path(directory) / f"{arch}_{task}_UNTRAINED.safetensors"
-    with _BUILD_LOCK:
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():  # the common case, and no lock to create in a read-only folder
+        return describe_checkpoint(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _BUILD_LOCK, FileLock(path.with_name(f"{path.name}.lock")):
+        if not path.is_file():  # built while this process waited for the lock
             input_hw = UNTRAINED_INPUT_HW.get(arch, NATIVE_INPUT_HW)
             name = arch if family == SAPIENS1 else model_size
             model = build_model(name, task, seed=UNTRAINED_SEED, input_hw=input_hw)

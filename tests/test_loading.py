@@ -334,3 +334,16 @@ def test_input_not_a_multiple_is_not_cropped() -> None:
         tiny(None)(torch.zeros(1, 3, 100, 96))
     with pytest.raises(sapiens.InputError, match="not a multiple of 64"):
         tiny(None, tokenizer=True)(torch.zeros(1, 3, 96, 64))
+
+
+def test_the_same_model_saves_to_the_same_bytes(tmp_path: Path) -> None:
+    """safetensors writes its metadata in hash order; save_model sorts it, so equal models
+    give equal files (and sha256s) however many times, in whichever process, they are saved."""
+    from sapiens.model import build_model
+
+    model = build_model("tiny", "normal", input_hw=(256, 192), seed=3)
+    digests = {sapiens.loading.save_model(model, tmp_path / f"{i}.safetensors") for i in range(4)}
+    assert len(digests) == 1
+    with safe_open(str(tmp_path / "0.safetensors"), "pt") as f:
+        assert f.metadata()["untrained"] == "true"
+    sapiens.loading.load_model(tmp_path / "0.safetensors")  # still a file the loader takes
