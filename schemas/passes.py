@@ -359,6 +359,19 @@ def model_passes(asked: Sequence[str]) -> tuple[str, ...]:
     return in_order(name for name in run if BY_NAME[name].models)
 
 
+def run_for(asked: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The model passes ``asked`` runs without asking for them, each -> the asked passes it
+    runs for (in table order): those that need it and those made from its output. Checkpoint
+    choice runs a pass needed only by passes of another family on theirs."""
+    run: dict[str, tuple[str, ...]] = {}
+    for name in model_passes(asked):
+        if name in asked:
+            continue
+        users = [p for p in asked if name in BY_NAME[p].needs or made_from(p) == name]
+        run[name] = in_order(users)
+    return run
+
+
 def derived_from(name: str) -> tuple[Pass, ...]:
     """The passes made from the model output of ``name`` (not by a model of their own)."""
     return tuple(p for p in PASSES if not p.models and made_from(p.name) == name)

@@ -47,6 +47,9 @@ def test_what_the_models_run_follows_needs_and_sources():
     assert pass_table.model_passes(["pose", "matte"]) == ("matte", "pose")
     assert pass_table.model_passes(["depth"]) == ("depth", "seg")  # normalised over the person
     assert pass_table.model_passes(["parts"]) == ("seg",)  # made from seg's output
+    assert pass_table.run_for(["depth"]) == {"seg": ("depth",)}
+    assert pass_table.run_for(["pose", "depth", "parts"]) == {"seg": ("depth", "parts", "pose")}
+    assert pass_table.run_for(["pose", "matte", "seg"]) == {}  # every model pass asked for
     assert pass_table.derived_from("seg") == (pass_table.BY_NAME["parts"],)
     assert pass_table.families_of("parts") == pass_table.families_of("seg")
     assert pass_table.checkpoint_inputs("parts") == ("seg",)
