@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from flows.inputs import ShotInputs, check_inputs
 from flows.live_jobs import follow_job, live_job, same_work
@@ -282,18 +283,22 @@ def _follow(catalog: Catalog, job_id: int, output_root: str, quiet: bool) -> dic
 
 def _warn_before_run(plan: ShotPlan, spec: ShotSpec) -> None:
     if plan.untrained:
-        err.print(
-            f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "
-            f"weights ({escape(plan.checkpoint_note)}). The outputs prove the pipeline, they are "
-            "not real passes: put real checkpoints under SVFX_CHECKPOINT_ROOT or "
-            "--checkpoint-root.[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+        err.print(untrained_warning(plan.untrained, plan.checkpoint_note), soft_wrap=True)
     elif spec.model_size == "auto":
         err.print(f"checkpoints: {escape(plan.checkpoint_note)}", highlight=False, soft_wrap=True)
     if plan.plate.colorspace_guessed:
         err.print(f"[yellow]{escape(plan.colour_note)}[/]", highlight=False, soft_wrap=True)
+
+
+def untrained_warning(passes: list[str], why: str) -> Text:
+    """The warning, said once, in bold, that `passes` run with random weights, and `why`
+    (the checkpoint choice's reason: no root, an empty one, untrained files)."""
+    return Text(
+        f"UNTRAINED MODELS: {', '.join(passes)} run with random weights ({why}). The outputs "
+        "prove the pipeline; they are not real passes. Put real checkpoints under "
+        "SVFX_CHECKPOINT_ROOT or give --checkpoint-root.",
+        style="bold yellow",
+    )
 
 
 def _run_flow(

@@ -41,7 +41,6 @@ from .checkpoints import (
     PASS_TASKS,
     SAPIENS2,
     SIZE_ORDER,
-    UNTRAINED_NOTE,
     CheckpointRef,
     RootScan,
     describe_checkpoint,
@@ -103,7 +102,7 @@ def resolve_checkpoints(
                     for p in pass_tasks
                 ]
                 continue
-            sizes[fam] = size, "asked for"
+            sizes[fam] = size, "asked for" + ("" if scan else ", and no checkpoint root was given")
         size = sizes[fam][0]
         if scan is None or (auto and scan.empty):
             if untrained_dir is None:
@@ -131,7 +130,12 @@ def resolve_checkpoints(
         size, reason = next(iter(sizes.values()))
     else:  # both families: say which size each one got
         size = " + ".join(f"{FAMILY_NAMES[f]} {sz}" for f, (sz, _r) in sizes.items())
-        reason = "; ".join(f"{FAMILY_NAMES[f]}: {r}" for f, (_s, r) in sizes.items())
+        reasons = {r for _s, r in sizes.values()}
+        reason = (
+            reasons.pop()
+            if len(reasons) == 1
+            else "; ".join(f"{FAMILY_NAMES[f]}: {r}" for f, (_s, r) in sizes.items())
+        )
     return CheckpointChoice({name: chosen[name] for name in passes}, size, reason)
 
 
@@ -199,9 +203,9 @@ def resolve_auto_size(
     else `pick_model_size` over what the root holds of `family`."""
     wanted = preferred_size(preferred, family)
     if scan is None:
-        reason = f"no checkpoint root was given: {UNTRAINED_NOTE}"
+        reason = "no checkpoint root was given"
     elif scan.empty:
-        reason = f"no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
+        reason = f"no *.safetensors under {scan.root}"
     else:
         return pick_model_size(
             pass_tasks,
@@ -242,7 +246,7 @@ def pick_model_size(
     pool = trained or usable
     covered = passes_by_size(pass_tasks, pool, family)
     complete = [size for size, have in covered.items() if len(have) == len(pass_tasks)]
-    note = "" if trained else " (UNTRAINED: the root holds no trained checkpoint)"
+    note = "" if trained else " (the root holds only untrained checkpoints)"
     where = root if family == SAPIENS2 else f"{root} ({FAMILY_NAMES[family]})"
     if preferred in complete:
         return preferred, f"{preferred}: the configured size, complete under {where}{note}"

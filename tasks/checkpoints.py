@@ -57,7 +57,6 @@ FAMILY_NAMES = {SAPIENS2: "Sapiens2", SAPIENS1: "Sapiens v1"}
 # Each pass with a model of its own: the families that have it, and its checkpoint task.
 PASS_FAMILIES = {p.name: families_of(p.name) for p in PASSES if p.models}
 PASS_TASKS = {name: model_task(name) for name in PASS_FAMILIES}
-UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
 
 
 @dataclass(frozen=True)
