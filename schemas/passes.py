@@ -30,6 +30,7 @@ QcMetric = Literal["angle", "relative_distance", "absolute", "mean_absolute", "l
 OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 FAMILIES: tuple[str, ...] = ("sapiens2", "sapiens1")
+DEFAULT_FAMILY = "sapiens2"  # a job that does not say (--family)
 _HW = ("frame", "y", "x")
 # The soft mattes of `parts`: each the summed probability of its seg classes, by class name
 # (so both families' class lists work; Sapiens v1 has no Eyeglass). Alphabetical, the order
@@ -326,6 +327,22 @@ def families_of(name: str) -> tuple[str, ...]:
     if spec.models:
         return tuple(f for f in FAMILIES if f in spec.models)
     return families_of(made_from(name))
+
+
+def family_of(name: str, family: str) -> str:
+    """The family pass ``name`` runs on in a job asking for ``family``: that one when it
+    has the pass, else the first that does (depth: Sapiens v1; pointmap: Sapiens2)."""
+    have = families_of(name)
+    return family if family in have else have[0]
+
+
+def job_family(asked: Iterable[str], family: str) -> str:
+    """The family a job's output folder is named after: the one every pass asked for runs on
+    (a depth-only job: Sapiens v1), else ``family`` (the job's ``--family``) for a mix. From
+    the spec alone, so a job's folder is known before its checkpoints are read; a file given
+    for one pass does not change it."""
+    ran = {family_of(name, family) for name in asked}
+    return ran.pop() if len(ran) == 1 else family
 
 
 def first_of_kind(names: Sequence[str] | Mapping[str, object], values: Values) -> str | None:

@@ -260,7 +260,9 @@ def test_submit_family_sapiens1_with_depth(home, plate, prefect_api):
     summary = as_json(result)
     assert summary["status"] == "complete", summary["failed"]
     assert "UNTRAINED MODELS" in result.stderr
+    assert Path(summary["output_root"]).name == "sapiens1_v001"  # the family it ran on
     exr = sorted(Path(summary["output_root"]).glob("*.exr"))[0]
+    assert exr.name == "sh010_sapiens1_v001.1001.exr"
     provenance = runner.invoke(svfx_app, ["catalog", "provenance", str(exr), "--json"])
     assert provenance.exit_code == 0, why(provenance)
     checkpoints = json.loads(provenance.stdout)["checkpoints"]
