@@ -33,6 +33,7 @@ from .console import (
     EXIT_CODES,
     EXIT_FAILED,
     JsonOpt,
+    add_column,
     console,
     err,
     fail,
@@ -290,6 +291,12 @@ def _warn_before_run(plan: ShotPlan, spec: ShotSpec) -> None:
         err.print(f"[yellow]{escape(plan.colour_note)}[/]", highlight=False, soft_wrap=True)
 
 
+def in_folder(uri: str, folder: str) -> str:
+    """`uri` relative to `folder` when it lies in it, else as it is."""
+    prefix = folder.rstrip("/") + "/"
+    return uri[len(prefix) :] if folder and uri.startswith(prefix) else uri
+
+
 def untrained_warning(passes: list[str], why: str) -> Text:
     """The warning, said once, in bold, that `passes` run with random weights, and `why`
     (the checkpoint choice's reason: no root, an empty one, untrained files)."""
@@ -346,21 +353,28 @@ def run_here(
 
 def _print_result(result: dict[str, Any]) -> None:
     colour = {"complete": "green", "partial": "yellow"}.get(result["status"], "red")
+    folder = str(result.get("output_root") or "")
+    rows = [
+        ("frames", str(result["total"])),
+        ("done now", str(len(result["done"]))),
+        ("already done", str(len(result["skipped"]))),
+    ]
+    if result.get("adopted"):
+        rows.append(("found on disk", str(len(result["adopted"]))))
+    rows.append(("failed", str(len(result["failed"]))))
+    paths = [("EXR", result["exr_pattern"]), ("Zarr", result["zarr"])]
+    paths += [(name.replace("_", " "), str(uri)) for name, uri in result.get("extras", {}).items()]
+    rows += [(name, in_folder(uri, folder)) for name, uri in paths]
+    rows += [
+        (f"flickers: {n}", ", ".join(map(str, f))) for n, f in result.get("flagged", {}).items()
+    ]
     summary = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
     summary.add_column("")
-    summary.add_column("", overflow="fold")
-    summary.add_row("frames", str(result["total"]))
-    summary.add_row("done now", str(len(result["done"])))
-    summary.add_row("already done", str(len(result["skipped"])))
-    if result.get("adopted"):
-        summary.add_row("found on disk", str(len(result["adopted"])))
-    summary.add_row("failed", str(len(result["failed"])))
-    summary.add_row("EXR", escape(result["exr_pattern"]))
-    summary.add_row("Zarr", escape(result["zarr"]))
-    for name, uri in result.get("extras", {}).items():
-        summary.add_row(name.replace("_", " "), escape(str(uri)))
-    for name, frames in result.get("flagged", {}).items():
-        summary.add_row(f"flickers: {name}", ", ".join(map(str, frames)))
+    add_column(summary, "", [in_folder(uri, folder) for _name, uri in paths])
+    for name, value in rows:
+        summary.add_row(escape(name), escape(value))
+    if folder:  # once, whole: the paths below are relative to it
+        console.print(f"outputs in {escape(folder)}", highlight=False, soft_wrap=True)
     console.print(summary)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
         err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
