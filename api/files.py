@@ -25,6 +25,7 @@ from api.params import OutputIdPath, PassPath, SequencePath, ShotPath, ShowPath
 from api.problems import INVALID
 from api.responses import Problem
 from schemas.catalog import queries
+from schemas.passes import DEFAULT_FAMILY, DEFAULT_PASSES, job_family
 from schemas.settings import Settings
 from schemas.spec import NAME, is_under
 from tasks.output_paths import ShotOutputPaths
@@ -204,7 +205,12 @@ def contact_sheet_uri(
             element = spec.get("element")
             if element is not None and not NAME.match(str(element)):
                 continue  # never build a path from a name the spec would refuse
-            paths = ShotOutputPaths.for_shot(root, show, sequence, shot, version, element=element)
+            family = job_family(
+                spec.get("passes") or DEFAULT_PASSES, spec.get("family") or DEFAULT_FAMILY
+            )
+            paths = ShotOutputPaths.for_shot(
+                root, show, sequence, shot, version, element=element, family=family
+            )
             return paths.contact_sheet(pass_name)
     return None
 

@@ -63,18 +63,24 @@ def show_jobs(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    columns = ["id", "shot", "status", "submitter", "created_at", "frames", "message"]
+    columns = ["id", "shot", "status", "created_at", "frames"]
     view = []
     for row in rows:
         view.append(
             {
                 **row,
                 "shot": "/".join(str(row.get(k)) for k in ("show", "sequence", "shot")),
-                "frames": f"{row.get('frames_done', 0)} done, {row.get('frames_skipped', 0)} "
-                f"skipped, {row.get('frames_failed', 0)} failed / {row.get('frames_total', 0)}",
+                "frames": frames_cell(row),
             }
         )
     table(view, columns)
+    for row in rows:  # who and what, a sentence each: read whole, not folded in a cell
+        console.print(
+            f"job {row['id']} ({row.get('submitter')}): {row.get('message') or row.get('status')}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for row in rows:
         for failure in row.get("failed_frames", [])[:20]:
             err.print(
@@ -96,6 +102,14 @@ def show_jobs(rows: list[dict[str, Any]], as_json: bool) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def frames_cell(job: dict[str, Any]) -> str:
+    """'finished/total' (done now or already done), then the failed ones: '22/24, 2 failed'."""
+    finished = int(job.get("frames_done") or 0) + int(job.get("frames_skipped") or 0)
+    text = f"{finished}/{job.get('frames_total') or 0}"
+    failed = int(job.get("frames_failed") or 0)
+    return f"{text}, {failed} failed" if failed else text
 
 
 @catalog_app.command("shots")

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -99,14 +100,47 @@ def rows_out(rows: list[dict[str, Any]], columns: list[str], as_json: bool) -> N
         table(rows, columns)
 
 
+# Columns a table never cuts nor folds, however narrow the terminal: names and dates are read
+# whole (the other columns wrap, and fold a word longer than their width).
+WHOLE_COLUMNS = frozenset({"show", "sequence", "shot", "created_at", "started_at", "ended_at"})
+
+
 def table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> None:
-    """Rows as a table on stdout, one column per key in ``columns``."""
+    """Rows as a table on stdout, one column per key in ``columns``; times in UTC to the
+    second (`short_time`; JSON keeps them whole)."""
+    cells = [
+        [short_time(row.get(c)) if c.endswith("_at") else cell(row.get(c)) for c in columns]
+        for row in rows
+    ]
     view = Table(title=title or None, show_lines=False)
-    for column in columns:
-        view.add_column(column)
-    for row in rows:
-        view.add_row(*(escape(cell(row.get(c))) for c in columns))
+    for index, column in enumerate(columns):
+        whole = [line[index] for line in cells] if column in WHOLE_COLUMNS else []
+        add_column(view, column, whole)
+    for line in cells:
+        view.add_row(*map(escape, line))
     console.print(view)
+
+
+def add_column(view: Table, header: str, whole: list[str]) -> None:
+    """Add a column to ``view``, as wide as the longest of ``whole`` when given (values read
+    on one line: names, dates, paths; a fixed width, so the other columns give way); longer
+    text wraps, a word longer than the column folds, nothing is cut with an ellipsis."""
+    widest = max((len(v) for v in whole), default=0)
+    width = max(widest, len(header)) if widest else None  # fixed: never narrowed
+    view.add_column(header, overflow="fold", width=width)
+
+
+def short_time(value: Any) -> str:
+    """An ISO date and time as 'YYYY-MM-DD HH:MM:SSZ' (UTC); anything else as `cell`."""
+    if not isinstance(value, str):
+        return cell(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def cell(value: Any) -> str:

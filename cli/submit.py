@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from flows.inputs import ShotInputs, check_inputs
 from flows.live_jobs import follow_job, live_job, same_work
@@ -32,6 +33,7 @@ from .console import (
     EXIT_CODES,
     EXIT_FAILED,
     JsonOpt,
+    add_column,
     console,
     err,
     fail,
@@ -285,18 +287,28 @@ def _follow(catalog: Catalog, job_id: int, output_root: str, quiet: bool) -> dic
 
 def _warn_before_run(plan: ShotPlan, spec: ShotSpec) -> None:
     if plan.untrained:
-        err.print(
-            f"[bold yellow]UNTRAINED MODELS:[/] [bold]{', '.join(plan.untrained)} use random "
-            f"weights ({escape(plan.checkpoint_note)}). The outputs prove the pipeline, they are "
-            "not real passes: put real checkpoints under SVFX_CHECKPOINT_ROOT or "
-            "--checkpoint-root.[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+        err.print(untrained_warning(plan.untrained, plan.checkpoint_note), soft_wrap=True)
     elif spec.model_size == "auto":
         err.print(f"checkpoints: {escape(plan.checkpoint_note)}", highlight=False, soft_wrap=True)
     if plan.plate.colorspace_guessed:
         err.print(f"[yellow]{escape(plan.colour_note)}[/]", highlight=False, soft_wrap=True)
+
+
+def in_folder(uri: str, folder: str) -> str:
+    """`uri` relative to `folder` when it lies in it, else as it is."""
+    prefix = folder.rstrip("/") + "/"
+    return uri[len(prefix) :] if folder and uri.startswith(prefix) else uri
+
+
+def untrained_warning(passes: list[str], why: str) -> Text:
+    """The warning, said once, in bold, that `passes` run with random weights, and `why`
+    (the checkpoint choice's reason: no root, an empty one, untrained files)."""
+    return Text(
+        f"UNTRAINED MODELS: {', '.join(passes)} run with random weights ({why}). The outputs "
+        "prove the pipeline; they are not real passes. Put real checkpoints under "
+        "SVFX_CHECKPOINT_ROOT or give --checkpoint-root.",
+        style="bold yellow",
+    )
 
 
 def _run_flow(
@@ -344,21 +356,28 @@ def run_here(
 
 def _print_result(result: dict[str, Any]) -> None:
     colour = {"complete": "green", "partial": "yellow"}.get(result["status"], "red")
+    folder = str(result.get("output_root") or "")
+    rows = [
+        ("frames", str(result["total"])),
+        ("done now", str(len(result["done"]))),
+        ("already done", str(len(result["skipped"]))),
+    ]
+    if result.get("adopted"):
+        rows.append(("found on disk", str(len(result["adopted"]))))
+    rows.append(("failed", str(len(result["failed"]))))
+    paths = [("EXR", result["exr_pattern"]), ("Zarr", result["zarr"])]
+    paths += [(name.replace("_", " "), str(uri)) for name, uri in result.get("extras", {}).items()]
+    rows += [(name, in_folder(uri, folder)) for name, uri in paths]
+    rows += [
+        (f"flickers: {n}", ", ".join(map(str, f))) for n, f in result.get("flagged", {}).items()
+    ]
     summary = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
     summary.add_column("")
-    summary.add_column("", overflow="fold")
-    summary.add_row("frames", str(result["total"]))
-    summary.add_row("done now", str(len(result["done"])))
-    summary.add_row("already done", str(len(result["skipped"])))
-    if result.get("adopted"):
-        summary.add_row("found on disk", str(len(result["adopted"])))
-    summary.add_row("failed", str(len(result["failed"])))
-    summary.add_row("EXR", escape(result["exr_pattern"]))
-    summary.add_row("Zarr", escape(result["zarr"]))
-    for name, uri in result.get("extras", {}).items():
-        summary.add_row(name.replace("_", " "), escape(str(uri)))
-    for name, frames in result.get("flagged", {}).items():
-        summary.add_row(f"flickers: {name}", ", ".join(map(str, frames)))
+    add_column(summary, "", [in_folder(uri, folder) for _name, uri in paths])
+    for name, value in rows:
+        summary.add_row(escape(name), escape(value))
+    if folder:  # once, whole: the paths below are relative to it
+        console.print(f"outputs in {escape(folder)}", highlight=False, soft_wrap=True)
     console.print(summary)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
         err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)

@@ -54,6 +54,7 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
         spec.version,
         sequence.padding,
         element=spec.element,
+        family=spec.output_family,
     )
     problems = output_problems(paths) + frames_outside_roots(sequence, settings.roots)
     if problems:

@@ -43,6 +43,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         untrained_dir=settings.home / "checkpoints" / "untrained",
         preferred=settings.model_size,
         family=spec.family,
+        asked=spec.passes,
     )
     verify_checkpoints(choice.checkpoints)  # header, shapes, finiteness: once per file
     plate = PlateInfo(

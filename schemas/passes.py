@@ -30,6 +30,7 @@ QcMetric = Literal["angle", "relative_distance", "absolute", "mean_absolute", "l
 OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
 OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 FAMILIES: tuple[str, ...] = ("sapiens2", "sapiens1")
+DEFAULT_FAMILY = "sapiens2"  # a job that does not say (--family)
 _HW = ("frame", "y", "x")
 # The soft mattes of `parts`: each the summed probability of its seg classes, by class name
 # (so both families' class lists work; Sapiens v1 has no Eyeglass). Alphabetical, the order
@@ -328,6 +329,22 @@ def families_of(name: str) -> tuple[str, ...]:
     return families_of(made_from(name))
 
 
+def family_of(name: str, family: str) -> str:
+    """The family pass ``name`` runs on in a job asking for ``family``: that one when it
+    has the pass, else the first that does (depth: Sapiens v1; pointmap: Sapiens2)."""
+    have = families_of(name)
+    return family if family in have else have[0]
+
+
+def job_family(asked: Iterable[str], family: str) -> str:
+    """The family a job's output folder is named after: the one every pass asked for runs on
+    (a depth-only job: Sapiens v1), else ``family`` (the job's ``--family``) for a mix. From
+    the spec alone, so a job's folder is known before its checkpoints are read; a file given
+    for one pass does not change it."""
+    ran = {family_of(name, family) for name in asked}
+    return ran.pop() if len(ran) == 1 else family
+
+
 def first_of_kind(names: Sequence[str] | Mapping[str, object], values: Values) -> str | None:
     """The first of ``names`` (in the table's order) whose values are ``values``: e.g. the
     pass among a job's that makes keypoints, or class labels."""
@@ -357,6 +374,19 @@ def model_passes(asked: Sequence[str]) -> tuple[str, ...]:
             run.add(needs[0])
     run |= {made_from(name) for name in list(run)}
     return in_order(name for name in run if BY_NAME[name].models)
+
+
+def run_for(asked: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The model passes ``asked`` runs without asking for them, each -> the asked passes it
+    runs for (in table order): those that need it and those made from its output. Checkpoint
+    choice runs a pass needed only by passes of another family on theirs."""
+    run: dict[str, tuple[str, ...]] = {}
+    for name in model_passes(asked):
+        if name in asked:
+            continue
+        users = [p for p in asked if name in BY_NAME[p].needs or made_from(p) == name]
+        run[name] = in_order(users)
+    return run
 
 
 def derived_from(name: str) -> tuple[Pass, ...]:

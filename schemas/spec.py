@@ -89,7 +89,7 @@ class ShotSpec(BaseModel):
     passes: tuple[PassName, ...] = Field(
         pass_table.DEFAULT_PASSES, description=pass_table.describe()
     )
-    family: Family = Field("sapiens2", description=pass_table.family_help())
+    family: Family = Field(pass_table.DEFAULT_FAMILY, description=pass_table.family_help())
     model_size: str = Field(
         "auto",
         description="auto|tiny|0.1b|0.4b|0.8b|1b|1b-4k|5b (Sapiens v1: 0.3b|0.6b|1b|2b); auto: "
@@ -206,6 +206,11 @@ class ShotSpec(BaseModel):
         person boxes and relative depth is normalised over the person, both from seg or
         matte), which run but are not written (`schemas.passes.model_passes`)."""
         return pass_table.model_passes(self.passes)
+
+    @property
+    def output_family(self) -> str:
+        """The family its output folder is named after (`schemas.passes.job_family`)."""
+        return pass_table.job_family(self.passes, self.family)
 
     @property
     def shot_path(self) -> str:

@@ -14,18 +14,22 @@ default), a pass only one has on that one (``tasks.checkpoints.PASS_FAMILIES``);
 family's passes get their own size (`auto`: the largest of that family covering them). An
 explicit file is used for its pass whatever `--family` says, unless its family has no such
 pass (a v1 file for pointmap, a Sapiens2 file for depth): that is refused, naming the pass and
-the file.
+the file. A pass run only for others (the person mask depth and pose need, the seg that parts
+is made from) runs on the family they run on when it has the pass and none of them runs on the
+job's: a depth-only job's seg runs on v1, beside its depth. Without a checkpoint for it, the
+refusal says which pass needs it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sapiens.errors import CheckpointError
 from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import TASKS as V1_TASKS
+from schemas.passes import BY_NAME, families_of, made_from, run_for
 
 from .checkpoint_errors import CheckpointChoiceError
 from .checkpoints import (
@@ -37,7 +41,6 @@ from .checkpoints import (
     PASS_TASKS,
     SAPIENS2,
     SIZE_ORDER,
-    UNTRAINED_NOTE,
     CheckpointRef,
     RootScan,
     describe_checkpoint,
@@ -68,18 +71,23 @@ def resolve_checkpoints(
     untrained_dir: str | os.PathLike[str] | None = None,
     preferred: str | None = None,
     family: str = SAPIENS2,
+    asked: Sequence[str] | None = None,
 ) -> CheckpointChoice:
     """The checkpoint of every pass: its explicit file, else one of `model_size` under `root`,
-    else (no root) an untrained model. Each pass runs on `pass_family(pass, family)`, and each
-    family's passes get their own size: `model_size` 'auto' picks it (see `resolve_auto_size`);
-    `preferred` is the configured size auto favours (SVFX_MODEL_SIZE). CheckpointChoiceError
-    lists every pass without a checkpoint and every skipped file."""
+    else (no root) an untrained model. Each pass runs on `pass_family(pass, family)`, or, when
+    run only for passes of `asked` (the job's own; all of `passes` when None) that all run on
+    another family, on theirs (`runs_on`); each family's passes get their own size:
+    `model_size` 'auto' picks it (see `resolve_auto_size`); `preferred` is the configured size
+    auto favours (SVFX_MODEL_SIZE). CheckpointChoiceError lists every pass without a
+    checkpoint (and which pass needs it) and every skipped file."""
     explicit = explicit or {}
     chosen, problems = _explicit_choices(passes, explicit)
+    users = run_for(passes if asked is None else asked)
     groups: dict[str, dict[str, str]] = {}
     for name in passes:
         if name not in explicit:
-            groups.setdefault(pass_family(name, family), {})[name] = _task_of(name)
+            fam = runs_on(name, family, users.get(name, ()), chosen)
+            groups.setdefault(fam, {})[name] = _task_of(name)
     scan = scan_root(root) if root else None
     auto = model_size.strip().lower() == AUTO_SIZE
     sizes: dict[str, tuple[str, str]] = {}  # family -> (size, reason)
@@ -89,9 +97,12 @@ def resolve_checkpoints(
         else:
             size = _size_in_family(model_size, fam)
             if size is None:
-                problems += [_no_such_size(model_size, fam, p) for p in pass_tasks]
+                problems += [
+                    _needed_for(p, users, _no_such_size(model_size, fam, p, p in users))
+                    for p in pass_tasks
+                ]
                 continue
-            sizes[fam] = size, "asked for"
+            sizes[fam] = size, "asked for" + ("" if scan else ", and no checkpoint root was given")
         size = sizes[fam][0]
         if scan is None or (auto and scan.empty):
             if untrained_dir is None:
@@ -105,7 +116,7 @@ def resolve_checkpoints(
         else:
             found, missing = _choices_under_root(pass_tasks, wanted_arch(size, fam), scan, fam)
             chosen.update(found)
-            problems += missing
+            problems += [_needed_for(p, users, line) for p, line in missing.items()]
     if problems:
         lines = ["no usable checkpoint for:", *(f"  {p}" for p in problems)]
         if auto:
@@ -119,8 +130,43 @@ def resolve_checkpoints(
         size, reason = next(iter(sizes.values()))
     else:  # both families: say which size each one got
         size = " + ".join(f"{FAMILY_NAMES[f]} {sz}" for f, (sz, _r) in sizes.items())
-        reason = "; ".join(f"{FAMILY_NAMES[f]}: {r}" for f, (_s, r) in sizes.items())
+        reasons = {r for _s, r in sizes.values()}
+        reason = (
+            reasons.pop()
+            if len(reasons) == 1
+            else "; ".join(f"{FAMILY_NAMES[f]}: {r}" for f, (_s, r) in sizes.items())
+        )
     return CheckpointChoice({name: chosen[name] for name in passes}, size, reason)
+
+
+def runs_on(
+    name: str, family: str, users: Sequence[str], explicit: Mapping[str, CheckpointRef]
+) -> str:
+    """The family `name` runs on in a job asking for `family`: `pass_family`'s, unless it runs
+    only for `users` (the passes that need it or are made from it) and none of them runs on
+    that family: then the first of theirs that has it (a depth-only job's seg: v1). A user's
+    family is its explicit file's, else `pass_family`'s."""
+    own = pass_family(name, family)
+    if not users:
+        return own
+    theirs = [
+        explicit[user].family if user in explicit else pass_family(made_from(user), family)
+        for user in users
+    ]
+    if own in theirs:
+        return own
+    return next((f for f in theirs if f in families_of(name)), own)
+
+
+def _needed_for(name: str, users: Mapping[str, Sequence[str]], problem: str) -> str:
+    """`problem` (a line about pass `name`), saying which asked pass runs it and why."""
+    for user in users.get(name, ()):
+        needs = BY_NAME[user].needs
+        if name in needs:
+            masks = all(BY_NAME[n].person_mask for n in needs)
+            what = "a person mask" if masks else " or ".join(needs)
+            return f"{user} needs {what} (from {' or '.join(needs)}): {problem}"
+    return problem
 
 
 def _size_in_family(model_size: str, family: str) -> str | None:
@@ -132,13 +178,18 @@ def _size_in_family(model_size: str, family: str) -> str | None:
     return label if label in FAMILY_SIZES[family] else None
 
 
-def _no_such_size(model_size: str, family: str, pass_name: str) -> str:
+def _no_such_size(model_size: str, family: str, pass_name: str, run_for: bool = False) -> str:
+    """Why `family` cannot run `pass_name` at `model_size`; `run_for`: the pass runs only for
+    others (its family follows theirs when it has a choice)."""
     sizes = ", ".join(FAMILY_SIZES[family])
+    if len(PASS_FAMILIES[pass_name]) == 1:
+        why = ""
+    else:
+        why = " here (with the passes it runs for)" if run_for else " here (--family)"
     return (
         f"{pass_name}: {FAMILY_NAMES[family]} has no size {model_size} (its sizes: {sizes}); "
-        f"the {pass_name} pass runs on {FAMILY_NAMES[family]}"
-        + ("" if len(PASS_FAMILIES[pass_name]) == 1 else " here (--family)")
-        + ": ask for --model-size auto or one of those"
+        f"the {pass_name} pass runs on {FAMILY_NAMES[family]}{why}"
+        ": ask for --model-size auto or one of those"
     )
 
 
@@ -152,9 +203,9 @@ def resolve_auto_size(
     else `pick_model_size` over what the root holds of `family`."""
     wanted = preferred_size(preferred, family)
     if scan is None:
-        reason = f"no checkpoint root was given: {UNTRAINED_NOTE}"
+        reason = "no checkpoint root was given"
     elif scan.empty:
-        reason = f"no *.safetensors under {scan.root}: {UNTRAINED_NOTE}"
+        reason = f"no *.safetensors under {scan.root}"
     else:
         return pick_model_size(
             pass_tasks,
@@ -195,7 +246,7 @@ def pick_model_size(
     pool = trained or usable
     covered = passes_by_size(pass_tasks, pool, family)
     complete = [size for size, have in covered.items() if len(have) == len(pass_tasks)]
-    note = "" if trained else " (UNTRAINED: the root holds no trained checkpoint)"
+    note = "" if trained else " (the root holds only untrained checkpoints)"
     where = root if family == SAPIENS2 else f"{root} ({FAMILY_NAMES[family]})"
     if preferred in complete:
         return preferred, f"{preferred}: the configured size, complete under {where}{note}"
@@ -371,10 +422,11 @@ def _family_refusal(name: str, task: str, path: str, ref: CheckpointRef) -> str:
 
 def _choices_under_root(
     pass_tasks: dict[str, str], arch: str, scan: RootScan, family: str = SAPIENS2
-) -> tuple[dict[str, CheckpointRef], list[str]]:
-    """The file of `arch` for each pass (trained ones first), and a line per pass without."""
+) -> tuple[dict[str, CheckpointRef], dict[str, str]]:
+    """The file of `arch` for each pass (trained ones first), and a line for each pass
+    without."""
     chosen: dict[str, CheckpointRef] = {}
-    problems: list[str] = []
+    problems: dict[str, str] = {}
     usable = family_refs(scan.refs, family)
     for name, task in pass_tasks.items():
         matches = [ref for ref in usable if ref.task == task and ref.arch == arch]
@@ -388,7 +440,7 @@ def _choices_under_root(
             found += f"; {others} {other} files, not used by this pass"
         if scan.skipped:
             found += f"; {len(scan.skipped)} files skipped, listed below"
-        problems.append(f"{name}: no {arch} {task} checkpoint under {scan.root} (found: {found})")
+        problems[name] = f"{name}: no {arch} {task} checkpoint under {scan.root} (found: {found})"
     return chosen, problems
 
 

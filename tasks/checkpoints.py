@@ -33,7 +33,7 @@ from sapiens.loading import read_header
 from sapiens.seg_classes import seg_classes_for
 from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import canonical_v1
-from schemas.passes import PASSES, families_of, first_of_kind, model_task
+from schemas.passes import PASSES, families_of, family_of, first_of_kind, model_task
 
 from .checkpoint_errors import CheckpointChoiceError
 from .file_caches import cached_sha256
@@ -57,7 +57,6 @@ FAMILY_NAMES = {SAPIENS2: "Sapiens2", SAPIENS1: "Sapiens v1"}
 # Each pass with a model of its own: the families that have it, and its checkpoint task.
 PASS_FAMILIES = {p.name: families_of(p.name) for p in PASSES if p.models}
 PASS_TASKS = {name: model_task(name) for name in PASS_FAMILIES}
-UNTRAINED_NOTE = "tiny UNTRAINED models with random weights"
 
 
 @dataclass(frozen=True)
@@ -164,9 +163,10 @@ def wanted_arch(model_size: str, family: str = SAPIENS2) -> str:
 
 
 def pass_family(pass_name: str, family: str = SAPIENS2) -> str:
-    """The family a pass runs on when the job asks for `family` (see PASS_FAMILIES)."""
-    have = PASS_FAMILIES[pass_name]
-    return family if family in have else have[0]
+    """The family a pass with a model of its own runs on when the job asks for `family`
+    (`schemas.passes.family_of`)."""
+    PASS_FAMILIES[pass_name]  # KeyError for a pass made from another's model
+    return family_of(pass_name, family)
 
 
 def seg_class_names(checkpoints: Mapping[str, CheckpointRef]) -> tuple[str, ...]:

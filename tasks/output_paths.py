@@ -1,6 +1,8 @@
-"""Where a shot's outputs live: ``<root>/<show>/<seq>/<shot>/sapiens2_<version>/...``, or
-``<root>/<show>/<seq>/<shot>/<element>/sapiens2_<version>/...`` for a plate element of a shot
-with several (``bg01``, ``fg01``), so two elements never overwrite each other.
+"""Where a shot's outputs live: ``<root>/<show>/<seq>/<shot>/<family>_<version>/...``, or
+``<root>/<show>/<seq>/<shot>/<element>/<family>_<version>/...`` for a plate element of a shot
+with several (``bg01``, ``fg01``), so two elements never overwrite each other. ``<family>``
+(``sapiens2``, ``sapiens1``) is the one the job's passes ran on, its ``--family`` for a mix
+(``ShotSpec.output_family``).
 
     <name>.<frame>.exr                 EXR per frame (every pass asked for; multi-part unless
                                        the spec's exr_layout is single)
@@ -11,7 +13,7 @@ with several (``bg01``, ``fg01``), so two elements never overwrite each other.
     review/<name>_<pass>.mp4           review clip per pass, frame numbers burnt in
     .frame_records/<name>.<frame>.json what the worker made of each frame, written last
 
-with ``<name> = <shot>_sapiens2_<version>`` (``<shot>_<element>_sapiens2_<version>``); frame
+with ``<name> = <shot>_<family>_<version>`` (``<shot>_<element>_<family>_<version>``); frame
 numbers padded like the plate (>= 4).
 
 The methods give URI strings (what the catalog, the summaries and the messages name); the
@@ -50,14 +52,15 @@ class ShotOutputPaths:
         version: str,
         padding: int = 4,
         element: str | None = None,
+        family: str = "sapiens2",
     ) -> ShotOutputPaths:
         outputs = as_location(output_root)
         shot_dir = f"{outputs.uri.rstrip('/')}/{show}/{sequence}/{shot}"
         if element:
-            root = f"{shot_dir}/{element}/sapiens2_{version}"
-            name = f"{shot}_{element}_sapiens2_{version}"
+            root = f"{shot_dir}/{element}/{family}_{version}"
+            name = f"{shot}_{element}_{family}_{version}"
         else:
-            root, name = f"{shot_dir}/sapiens2_{version}", f"{shot}_sapiens2_{version}"
+            root, name = f"{shot_dir}/{family}_{version}", f"{shot}_{family}_{version}"
         return cls(outputs.at(root), name=name, padding=max(4, padding))
 
     def _frame(self, frame: int) -> str:

@@ -283,19 +283,33 @@ def test_a_refusal_imports_neither_torch_nor_prefect_nor_dask(tmp_path):
     assert "outside the allowed roots" in done.stderr
 
 
-def test_the_untrained_warning_says_why_with_or_without_a_root(monkeypatch):
-    """With a checkpoint root given, the warning must not claim none was given."""
+def test_the_untrained_warning_says_why_once_in_bold(monkeypatch, tmp_path):
+    """Said once (not "random weights (... UNTRAINED models with random weights)"), in bold,
+    with the reason the checkpoint choice gives; with a root given, it must not claim none
+    was given."""
     from types import SimpleNamespace
 
     from rich.console import Console
 
-    printed = Console(record=True, width=300)
-    monkeypatch.setattr(submit_commands, "err", printed)
+    from tasks.checkpoint_choice import resolve_checkpoints
+
+    empty = tmp_path / "models"
+    empty.mkdir()
     plate = SimpleNamespace(colorspace_guessed=False)
     spec = SimpleNamespace(model_size="auto")
-    for note in ("no checkpoint root was given", "/models holds no checkpoint"):
-        plan = SimpleNamespace(untrained=["seg"], checkpoint_note=note, plate=plate)
+    for root, reason in ((None, "no checkpoint root was given"), (empty, "no *.safetensors under")):
+        printed = Console(record=True, width=300, force_terminal=True, color_system="standard")
+        monkeypatch.setattr(submit_commands, "err", printed)
+        choice = resolve_checkpoints(
+            ["seg", "depth"], "auto", root=root and str(empty), untrained_dir=tmp_path / "u"
+        )
+        plan = SimpleNamespace(
+            untrained=list(choice.checkpoints), checkpoint_note=choice.reason, plate=plate
+        )
         submit_commands._warn_before_run(plan, spec)
-    text = printed.export_text()
-    assert "UNTRAINED MODELS: seg use random weights (no checkpoint root was given)" in text
-    assert "(/models holds no checkpoint)" in text
+        styled = printed.export_text(styles=True, clear=False)
+        text = printed.export_text()
+        assert text.startswith(f"UNTRAINED MODELS: seg, depth run with random weights ({reason}")
+        said = text.replace(str(empty), "ROOT").lower()  # the test's folder says untrained
+        assert said.count("untrained") == 1 and said.count("random weights") == 1
+        assert styled.startswith("\x1b[1;33mUNTRAINED") and styled.count("\x1b[1;33m") == 1

@@ -42,11 +42,38 @@ def test_a_pass_is_named_in_at_most_three_product_files(name):
     assert len(found) <= 3, found
 
 
+@pytest.mark.parametrize(
+    ("passes", "family", "folder"),
+    [
+        ("normal,seg,pose", "sapiens2", "sapiens2"),
+        ("normal,seg,pose,depth", "sapiens1", "sapiens1"),
+        ("depth", "sapiens2", "sapiens1"),  # ran on v1 only, whatever --family says
+        ("parts", "sapiens1", "sapiens1"),  # made from v1's seg
+        ("pointmap,matte", "sapiens1", "sapiens2"),  # Sapiens2-only passes
+        ("normal,pointmap", "sapiens1", "sapiens1"),  # a mix: its --family
+        ("normal,depth", "sapiens2", "sapiens2"),
+    ],
+)
+def test_the_output_folder_names_the_family_the_passes_ran_on(tmp_path, passes, family, folder):
+    from tasks.output_paths import ShotOutputPaths
+
+    spec = parse_spec(spec_data("/p/plate.####.exr", tmp_path, passes=passes, family=family))
+    assert spec.output_family == folder
+    paths = ShotOutputPaths.for_shot(
+        "/out", "abc", "sq010", "sh020", "v001", family=spec.output_family
+    )
+    assert paths.root == f"/out/abc/sq010/sh020/{folder}_v001"
+    assert paths.exr(1001) == f"{paths.root}/sh020_{folder}_v001.1001.exr"
+
+
 def test_what_the_models_run_follows_needs_and_sources():
     assert pass_table.model_passes(["pose"]) == ("seg", "pose")  # boxes from a person mask
     assert pass_table.model_passes(["pose", "matte"]) == ("matte", "pose")
     assert pass_table.model_passes(["depth"]) == ("depth", "seg")  # normalised over the person
     assert pass_table.model_passes(["parts"]) == ("seg",)  # made from seg's output
+    assert pass_table.run_for(["depth"]) == {"seg": ("depth",)}
+    assert pass_table.run_for(["pose", "depth", "parts"]) == {"seg": ("depth", "parts", "pose")}
+    assert pass_table.run_for(["pose", "matte", "seg"]) == {}  # every model pass asked for
     assert pass_table.derived_from("seg") == (pass_table.BY_NAME["parts"],)
     assert pass_table.families_of("parts") == pass_table.families_of("seg")
     assert pass_table.checkpoint_inputs("parts") == ("seg",)

@@ -21,6 +21,7 @@ from sapiens.keypoints import COCO_KEYPOINT_NAMES
 from sapiens.loading import save_model
 from sapiens.model import build_model
 from sapiens.seg_classes import V1_SEG_CLASSES
+from schemas import passes as pass_table
 from schemas.spec import parse_spec
 from storage import cryptomatte
 from storage.zarr_store import open_shot_store
@@ -66,6 +67,25 @@ def test_the_family_chooses_the_models_and_depth_runs_on_v1_by_itself(tmp_path):
     assert mixed.size == "Sapiens2 tiny + Sapiens v1 tiny"
     with pytest.raises(ValueError, match=r"Sapiens v1 has no size 0\.4b"):
         resolve_checkpoints(["depth"], "0.4b", untrained_dir=untrained)
+
+
+def test_a_pass_run_for_others_follows_them_unless_one_runs_on_the_jobs_family(tmp_path):
+    def families(asked: list[str], family: str = "sapiens2") -> dict[str, str]:
+        choice = resolve_checkpoints(
+            pass_table.model_passes(asked),
+            "auto",
+            untrained_dir=tmp_path,
+            family=family,
+            asked=asked,
+        )
+        return {p: r.family for p, r in choice.checkpoints.items()}
+
+    assert families(["depth"]) == {"depth": "sapiens1", "seg": "sapiens1"}
+    assert families(["normal", "depth"])["seg"] == "sapiens1"  # normal needs no mask
+    assert families(["depth", "pose"])["seg"] == "sapiens2"  # pose runs on the job's family
+    assert families(["depth", "parts"])["seg"] == "sapiens2"  # parts is made from it
+    assert families(["pose"], "sapiens1")["seg"] == "sapiens1"
+    assert families(["depth", "matte"]) == {"matte": "sapiens2", "depth": "sapiens1"}
 
 
 def _job(root: Path, spec_extra: dict[str, Any], *, version: str, keypoints: int = 308):
@@ -195,6 +215,40 @@ def test_bad_family_options_are_one_line_and_exit_2(home, plate, args, says):
     assert says in result.stderr and "Traceback" not in result.output
 
 
+def test_a_depth_only_job_runs_its_person_mask_on_v1_beside_depth(home, plate):
+    """Only v1 files (depth and seg) under the root and an explicit size: seg, run only for
+    depth's person mask, follows depth's family instead of the job's (Sapiens2)."""
+    from flows.planning import plan_shot
+    from schemas.settings import Settings
+
+    root = home / "ckpt"
+    depth, seg = (_v1_file(root / f"v1_{task}.safetensors", task) for task in ("depth", "seg"))
+    spec = parse_spec(
+        spec_data(plate, home / "out", passes="depth", model_size="tiny", checkpoint_root=str(root))
+    )
+    plan = plan_shot(spec, Settings())
+    assert {p: (r.family, r.path) for p, r in plan.checkpoints.items()} == {
+        "depth": ("sapiens1", str(depth.resolve())),
+        "seg": ("sapiens1", str(seg.resolve())),
+    }
+
+
+def test_a_missing_mask_model_is_refused_as_what_depth_needs(home, plate):
+    root = home / "ckpt"
+    depth = _v1_file(root / "v1_depth.safetensors", "depth")
+    for given in ([], ["--checkpoint", f"depth={depth}"]):
+        result = _submit(
+            plate, "--shot", SHOT, "--colorspace", "lin_rec709", "--passes", "depth",
+            "--model-size", "tiny", "--checkpoint-root", str(root), *given,
+        )  # fmt: skip
+        assert result.exit_code == 2, why(result)
+        assert (
+            "depth needs a person mask (from seg or matte): seg: no sapiens1_tiny seg checkpoint"
+            in result.stderr
+        ), why(result)
+        assert "Sapiens2" not in result.stderr and "Traceback" not in result.output
+
+
 @pytest.mark.timeout(300)
 def test_submit_family_sapiens1_with_depth(home, plate, prefect_api):
     result = _submit(
@@ -206,7 +260,9 @@ def test_submit_family_sapiens1_with_depth(home, plate, prefect_api):
     summary = as_json(result)
     assert summary["status"] == "complete", summary["failed"]
     assert "UNTRAINED MODELS" in result.stderr
+    assert Path(summary["output_root"]).name == "sapiens1_v001"  # the family it ran on
     exr = sorted(Path(summary["output_root"]).glob("*.exr"))[0]
+    assert exr.name == "sh010_sapiens1_v001.1001.exr"
     provenance = runner.invoke(svfx_app, ["catalog", "provenance", str(exr), "--json"])
     assert provenance.exit_code == 0, why(provenance)
     checkpoints = json.loads(provenance.stdout)["checkpoints"]
