@@ -334,3 +334,26 @@ def test_input_not_a_multiple_is_not_cropped() -> None:
         tiny(None)(torch.zeros(1, 3, 100, 96))
     with pytest.raises(sapiens.InputError, match="not a multiple of 64"):
         tiny(None, tokenizer=True)(torch.zeros(1, 3, 96, 64))
+
+
+def _mapped(path: Path) -> bool:
+    """Whether any part of the file is memory-mapped in this process now."""
+    target = str(path.resolve())
+    with open("/proc/self/maps") as fh:
+        return any(line.rstrip().endswith(target) for line in fh)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_loaded_weights_hold_their_own_memory_not_a_map_of_the_file(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
+    """Loading reads the file into the weights once: no memory map of it stays behind (its
+    read pages would count in the worker's memory beside the cast weights, or be the weights
+    themselves, pages Dask counts as unmanaged and a rewrite of the file would fault)."""
+    path = tmp_path / "m.safetensors"
+    sapiens.save_model(tiny("normal", seed=5), path)
+    loaded = sapiens.load_model(path, dtype=dtype)
+    assert not _mapped(path)
+    for name, t in loaded.state_dict().items():
+        assert t.dtype == (torch.bfloat16 if name.endswith("periods") else dtype), name

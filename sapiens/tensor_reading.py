@@ -1,0 +1,75 @@
+"""Reading a safetensors file's tensors one at a time into memory of their own, cast on the way.
+
+Why not `safetensors.safe_open(...).get_tensor`: it hands out views of one memory map of the
+whole file. A tensor kept as it is (fp32 loaded as fp32, or the bf16 RoPE periods of any load)
+then keeps the whole map alive, and every page of it that was read counts in the worker's
+resident size, beside the cast copies: measured with `python -m bench.memory`, a Sapiens2 0.4b
+fp32 file loaded in bf16 held its 1.7 GB of file pages plus 1.1 GB of bf16 weights (3.2x the
+weights), and the fp32 loads held the map as the weights themselves (pages Dask counts as
+unmanaged memory, and a file rewritten under a running worker would crash it with SIGBUS).
+
+Here each tensor is read with plain reads (`readinto`) straight into a tensor of the file's
+dtype, cast, and the original dropped before the next: memory ends at the weights' bytes in
+the target dtype, and peaks at that plus one tensor of the file. The byte ranges come from
+`read_tensor_index`, which has already checked them (no gaps, overlaps or short file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import BinaryIO
+
+import torch
+
+from .safetensors_format import TensorEntry
+
+# safetensors dtype names -> torch dtypes (little-endian, as the format stores them)
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "F8_E5M2": torch.float8_e5m2,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+}
+
+
+def read_tensors(
+    path: str,
+    entries: Mapping[str, TensorEntry],
+    convert: Callable[[str, torch.Tensor], torch.Tensor],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, convert(name, tensor)) for every tensor, in file order (sequential reads). Each
+    tensor is read into fresh CPU memory; `convert` casts or moves it. OSError if the file
+    cannot be read; ValueError for a dtype torch has no type for."""
+    ordered = sorted(entries.items(), key=lambda item: item[1].begin)
+    with open(path, "rb", buffering=0) as fh:
+        for key, entry in ordered:
+            dtype = TORCH_DTYPES.get(entry.dtype)
+            if dtype is None:
+                raise ValueError(f"tensor {key!r} has dtype {entry.dtype}, which torch lacks")
+            tensor = torch.empty(entry.shape, dtype=dtype)
+            fh.seek(entry.begin)
+            _read_exactly(fh, tensor)
+            yield key, convert(key, tensor)
+
+
+def _read_exactly(fh: BinaryIO, tensor: torch.Tensor) -> None:
+    if tensor.numel() == 0:
+        return
+    view = memoryview(tensor.view(-1).view(torch.uint8).numpy())
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:  # the file shrank since its header was read
+            raise OSError(f"the file ends at byte {fh.tell()}, before the tensor does")
+        done += got
