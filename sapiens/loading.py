@@ -26,6 +26,8 @@ from .model import SapiensModel, make_model
 from .safetensors_format import Shapes, TensorEntry, read_header, read_tensor_index
 from .tensor_reading import read_tensors
 
+FINITE_BLOCK = 1 << 20
+
 __all__ = [
     "build_meta_model",
     "compare_shapes",
@@ -141,23 +143,30 @@ def _load_tensors(
     behind), then swap them into the meta model (`assign=True`)."""
     target = torch.device("cpu") if device.type == "meta" else device
 
-    def convert(key: str, t: torch.Tensor) -> torch.Tensor:
+    def dtype_for(key: str, file_dtype: torch.dtype) -> torch.dtype:
         if key.endswith("rope_embed.periods"):
-            t = t.to(torch.bfloat16)  # upstream numerics: RoPE runs in bf16
-        elif t.is_floating_point():
-            t = t.to(dtype)
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            bad.append(key)
-        return t.to(target)
+            return torch.bfloat16  # upstream numerics: RoPE runs in bf16
+        return dtype if file_dtype.is_floating_point else file_dtype
 
+    state: dict[str, torch.Tensor] = {}
     bad: list[str] = []
     try:
-        state = dict(read_tensors(path, entries, convert))
+        for key, t in read_tensors(path, entries, dtype_for):
+            if t.is_floating_point() and not all_finite(t):
+                bad.append(key)
+            state[key] = t.to(target)
     except (OSError, ValueError) as exc:
         raise CheckpointError(path, f"could not read tensors: {exc}") from None
     if bad:
         raise CheckpointError(path, _nonfinite_reason(bad))
     model.load_state_dict(state, strict=True, assign=True)
+
+
+def all_finite(t: torch.Tensor, block: int = FINITE_BLOCK) -> bool:
+    """Whether a floating tensor holds no NaN or Inf, checked a block of elements at a time so
+    the check's temporaries stay small (a whole-tensor mask is a quarter of an fp32 tensor)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[i : i + block]).all()) for i in range(0, len(flat), block))
 
 
 def _nonfinite_reason(bad: list[str]) -> str:

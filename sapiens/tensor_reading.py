@@ -8,10 +8,11 @@ fp32 file loaded in bf16 held its 1.7 GB of file pages plus 1.1 GB of bf16 weigh
 weights), and the fp32 loads held the map as the weights themselves (pages Dask counts as
 unmanaged memory, and a file rewritten under a running worker would crash it with SIGBUS).
 
-Here each tensor is read with plain reads (`readinto`) straight into a tensor of the file's
-dtype, cast, and the original dropped before the next: memory ends at the weights' bytes in
-the target dtype, and peaks at that plus one tensor of the file. The byte ranges come from
-`read_tensor_index`, which has already checked them (no gaps, overlaps or short file).
+Here each tensor is read with plain reads (`readinto`) straight into its own memory, or, when
+it is cast, into one scratch buffer it is cast from: memory ends at the weights' bytes in the
+target dtype (and, while loading, the scratch buffer: the largest cast tensor of the file).
+The byte ranges come from `read_tensor_index`, which has already checked them (no gaps,
+overlaps or short file).
 """
 
 from __future__ import annotations
@@ -46,27 +47,45 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 def read_tensors(
     path: str,
     entries: Mapping[str, TensorEntry],
-    convert: Callable[[str, torch.Tensor], torch.Tensor],
+    dtype_for: Callable[[str, torch.dtype], torch.dtype],
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, convert(name, tensor)) for every tensor, in file order (sequential reads). Each
-    tensor is read into fresh CPU memory; `convert` casts or moves it. OSError if the file
-    cannot be read; ValueError for a dtype torch has no type for."""
+    """(name, tensor) for every tensor, in file order (sequential reads), each in CPU memory of
+    its own, of the dtype `dtype_for(name, file dtype)` says. A tensor kept in its file's dtype
+    is read straight into its own memory; one that is cast is read into a scratch buffer
+    allocated once (as large as the largest of them) and cast from there, so the freed
+    originals leave no holes between the weights for the allocator to keep. OSError if the
+    file cannot be read; ValueError for a dtype torch has no type for."""
     ordered = sorted(entries.items(), key=lambda item: item[1].begin)
+    plan = [(key, entry, *_dtypes(key, entry, dtype_for)) for key, entry in ordered]
+    cast_bytes = [e.end - e.begin for _k, e, src, dst in plan if src != dst]
+    scratch = torch.empty(max(cast_bytes, default=0), dtype=torch.uint8)
     with open(path, "rb", buffering=0) as fh:
-        for key, entry in ordered:
-            dtype = TORCH_DTYPES.get(entry.dtype)
-            if dtype is None:
-                raise ValueError(f"tensor {key!r} has dtype {entry.dtype}, which torch lacks")
-            tensor = torch.empty(entry.shape, dtype=dtype)
+        for key, entry, src, dst in plan:
             fh.seek(entry.begin)
-            _read_exactly(fh, tensor)
-            yield key, convert(key, tensor)
+            if src == dst:
+                tensor = torch.empty(entry.shape, dtype=src)
+                _read_exactly(fh, tensor.view(-1).view(torch.uint8))
+            else:
+                raw = scratch[: entry.end - entry.begin]
+                _read_exactly(fh, raw)
+                tensor = torch.empty(entry.shape, dtype=dst)
+                tensor.copy_(raw.view(src).view(entry.shape))
+            yield key, tensor
 
 
-def _read_exactly(fh: BinaryIO, tensor: torch.Tensor) -> None:
-    if tensor.numel() == 0:
+def _dtypes(
+    key: str, entry: TensorEntry, dtype_for: Callable[[str, torch.dtype], torch.dtype]
+) -> tuple[torch.dtype, torch.dtype]:
+    src = TORCH_DTYPES.get(entry.dtype)
+    if src is None:
+        raise ValueError(f"tensor {key!r} has dtype {entry.dtype}, which torch lacks")
+    return src, dtype_for(key, src)
+
+
+def _read_exactly(fh: BinaryIO, raw: torch.Tensor) -> None:
+    if raw.numel() == 0:
         return
-    view = memoryview(tensor.view(-1).view(torch.uint8).numpy())
+    view = memoryview(raw.numpy())
     done = 0
     while done < len(view):
         got = fh.readinto(view[done:])
