@@ -11,6 +11,8 @@ that had allocated and freed 820 MB (852 MB resident, pause at 0.8) ran nothing 
 above that fraction, and every second while the worker is paused, so a peak costs one trim
 rather than the worker. Within a chunk, frames still reuse the kept blocks.
 
+It also says Dask's memory warnings once per worker in our words (`flows.memory_warnings`).
+
 It is a worker plugin the flow registers on whatever cluster it uses (``flows.cluster``):
 workers that join later get it too. Where glibc's ``malloc_trim`` is missing (another C
 library, macOS) it does nothing.
@@ -26,6 +28,8 @@ from typing import Any
 
 from distributed import WorkerPlugin
 from distributed.core import Status
+
+from .memory_warnings import quiet_dask_memory_warnings, restore_dask_memory_warnings
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +67,13 @@ class ReturnFreedMemory(WorkerPlugin):
 
         self.worker = worker
         self.trims = 0
+        self._warnings = quiet_dask_memory_warnings(str(worker.name or worker.address))
         self._paused_trim = PeriodicCallback(self._trim_if_paused, PAUSED_TRIM_INTERVAL_MS)
         self._paused_trim.start()
 
     def teardown(self, worker: Any) -> None:
         self._paused_trim.stop()
+        restore_dask_memory_warnings(self._warnings)
 
     def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
         if start == "executing" and self._above_pause():

@@ -2,10 +2,12 @@
 
 The model is inferred from the file's tensors (`checkpoint_arch`), assembled on the meta device
 by the same factory `build_model` uses (`model.make_model`), then the weights are loaded into
-it. Loading is strict (every missing, unexpected or mis-shaped tensor is listed),
-memory-mapped and tensor by tensor straight to the target device and dtype, so a 5B model
-never needs a full fp32 copy in RAM. Pickled weights are refused. `verify_checkpoint` makes
-the same checks without loading the weights (for the flow process, before dispatch).
+it. Loading is strict (every missing, unexpected or mis-shaped tensor is listed) and
+tensor by tensor, each read into memory of its own and cast to the target dtype and device
+before the next (`tensor_reading`), so a 5B model never needs a full fp32 copy in RAM and no
+memory map of the file stays resident beside the weights. Pickled weights are refused.
+`verify_checkpoint` makes the same checks without loading the weights (for the flow process,
+before dispatch).
 """
 
 from __future__ import annotations
@@ -15,14 +17,32 @@ import os
 from collections.abc import Mapping
 
 import torch
-from safetensors import safe_open
 
 from .checkpoint_arch import checkpoint_info, mismatch_hint
 from .errors import CheckpointError
 from .finite import nonfinite_tensors
 from .info import ModelInfo
 from .model import SapiensModel, make_model
-from .safetensors_format import Shapes, read_header, read_tensor_index, sort_metadata
+from .safetensors_format import (
+    Shapes,
+    TensorEntry,
+    read_header,
+    read_tensor_index,
+    sort_metadata,
+)
+from .tensor_reading import read_tensors
+
+FINITE_BLOCK = 1 << 20
+
+__all__ = [
+    "build_meta_model",
+    "compare_shapes",
+    "load_model",
+    "read_header",
+    "save_model",
+    "sha256_file",
+    "verify_checkpoint",
+]
 
 
 def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
@@ -70,9 +90,10 @@ def load_model(
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    shapes, _dtypes, metadata = read_header(path)
+    entries, metadata = read_tensor_index(path)
+    shapes = {key: entry.shape for key, entry in entries.items()}
     model = build_meta_model(path, shapes, metadata, expect_task=expect_task)
-    _load_tensors(path, model, device, dtype)
+    _load_tensors(path, entries, model, device, dtype)
     model.info.sha256 = sha256 or sha256_file(path)
     return model.eval()
 
@@ -116,30 +137,42 @@ def build_meta_model(
     return model
 
 
-def _load_tensors(path: str, model: SapiensModel, device: torch.device, dtype: torch.dtype) -> None:
-    """Read each tensor from the memory-mapped file, cast it and place it on the device, one at
-    a time, then swap it into the meta model (`assign=True`)."""
+def _load_tensors(
+    path: str,
+    entries: Mapping[str, TensorEntry],
+    model: SapiensModel,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
+    """Read each tensor into memory of its own, cast it, check it is finite and place it on
+    the device, one at a time (`sapiens.tensor_reading`: no memory map of the file stays
+    behind), then swap them into the meta model (`assign=True`)."""
+    target = torch.device("cpu") if device.type == "meta" else device
+
+    def dtype_for(key: str, file_dtype: torch.dtype) -> torch.dtype:
+        if key.endswith("rope_embed.periods"):
+            return torch.bfloat16  # upstream numerics: RoPE runs in bf16
+        return dtype if file_dtype.is_floating_point else file_dtype
+
     state: dict[str, torch.Tensor] = {}
-    load_device = "cpu" if device.type == "meta" else str(device)
+    bad: list[str] = []
     try:
-        with safe_open(path, framework="pt", device=load_device) as fh:
-            for key in fh.keys():  # noqa: SIM118 (safe_open is not a Mapping)
-                t = fh.get_tensor(key)
-                if key.endswith("rope_embed.periods"):
-                    t = t.to(torch.bfloat16)  # upstream numerics: RoPE runs in bf16
-                elif t.is_floating_point():
-                    t = t.to(dtype)
-                state[key] = t
-    except Exception as exc:  # safetensors raises its own error types for corrupt data
+        for key, t in read_tensors(path, entries, dtype_for):
+            if t.is_floating_point() and not all_finite(t):
+                bad.append(key)
+            state[key] = t.to(target)
+    except (OSError, ValueError) as exc:
         raise CheckpointError(path, f"could not read tensors: {exc}") from None
-    _check_finite(path, state)
+    if bad:
+        raise CheckpointError(path, _nonfinite_reason(bad))
     model.load_state_dict(state, strict=True, assign=True)
 
 
-def _check_finite(path: str, state: Mapping[str, torch.Tensor]) -> None:
-    bad = [k for k, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
-    if bad:
-        raise CheckpointError(path, _nonfinite_reason(bad))
+def all_finite(t: torch.Tensor, block: int = FINITE_BLOCK) -> bool:
+    """Whether a floating tensor holds no NaN or Inf, checked a block of elements at a time so
+    the check's temporaries stay small (a whole-tensor mask is a quarter of an fp32 tensor)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[i : i + block]).all()) for i in range(0, len(flat), block))
 
 
 def _nonfinite_reason(bad: list[str]) -> str:

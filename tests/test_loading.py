@@ -347,3 +347,26 @@ def test_the_same_model_saves_to_the_same_bytes(tmp_path: Path) -> None:
     with safe_open(str(tmp_path / "0.safetensors"), "pt") as f:
         assert f.metadata()["untrained"] == "true"
     sapiens.loading.load_model(tmp_path / "0.safetensors")  # still a file the loader takes
+
+
+def _mapped(path: Path) -> bool:
+    """Whether any part of the file is memory-mapped in this process now."""
+    target = str(path.resolve())
+    with open("/proc/self/maps") as fh:
+        return any(line.rstrip().endswith(target) for line in fh)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_loaded_weights_hold_their_own_memory_not_a_map_of_the_file(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
+    """Loading reads the file into the weights once: no memory map of it stays behind (its
+    read pages would count in the worker's memory beside the cast weights, or be the weights
+    themselves, pages Dask counts as unmanaged and a rewrite of the file would fault)."""
+    path = tmp_path / "m.safetensors"
+    sapiens.save_model(tiny("normal", seed=5), path)
+    loaded = sapiens.load_model(path, dtype=dtype)
+    assert not _mapped(path)
+    for name, t in loaded.state_dict().items():
+        assert t.dtype == (torch.bfloat16 if name.endswith("periods") else dtype), name

@@ -109,6 +109,21 @@ def test_a_worker_paused_by_memory_it_freed_and_kept_resumes():
         started = time.monotonic()
         resident = client.submit(_resident_mb, pure=False).result(timeout=30)
         (trims,) = client.run(_plugin_trims).values()
+        (dropped,) = client.run(_dask_memory_warnings_dropped).values()
     assert time.monotonic() - started < 30
+    assert dropped >= 1  # the "Pausing worker" line, said in our words instead
     assert resident < 512, resident  # back under the pause fraction of 1 GiB
     assert trims >= 1
+
+
+def _dask_memory_warnings_dropped() -> int:
+    import logging
+
+    from flows.memory_warnings import OurMemoryWarning
+
+    (ours,) = [
+        f
+        for f in logging.getLogger("distributed.worker.memory").filters
+        if isinstance(f, OurMemoryWarning)
+    ]
+    return ours.dropped
