@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from core.errors import SvfxError
 from flows.inputs import ShotInputs, check_inputs
 from flows.live_jobs import follow_job, live_job, same_work
 from flows.orchestrator import (
@@ -25,6 +26,7 @@ from flows.orchestrator import (
 from flows.progress import Progress as ShotProgress
 from flows.submission import run_shot_here
 from schemas.catalog import Catalog, open_catalog
+from schemas.catalog.errors import JobConflict
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec
 
@@ -167,7 +169,18 @@ def run_submit(
         return _follow_or_refuse(live, spec, catalog, as_json)
     plan = refusing(lambda: _plan(spec, settings, inputs))
     _warn_before_run(plan, spec)
-    result = _run_flow(spec.model_dump(mode="json"), dask_address, settings, quiet=as_json)
+    from flows.settled import settle_without_cluster
+
+    try:  # nothing to compute: answered here, without a cluster or the flow
+        settled = settle_without_cluster(plan, catalog)
+    except JobConflict as exc:  # a twin submitted in the same instant registered first
+        return _follow_or_refuse(exc.job, spec, catalog, as_json)
+    except SvfxError as exc:
+        raise refused(exc) from None
+    if settled is not None:
+        result = settled.as_dict()
+    else:
+        result = _run_flow(spec.model_dump(mode="json"), dask_address, settings, quiet=as_json)
     if result.get("conflict"):  # a twin submitted in the same instant registered first
         return _follow_or_refuse(result["conflict"], spec, catalog, as_json)
     if result.get("job_id") is None:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributed import Client
 
+from core.errors import SvfxError
 from schemas.catalog.errors import CatalogUnavailable
 from schemas.catalog.lease import end_run, start_run
 from schemas.catalog.writer import Catalog
@@ -50,10 +51,14 @@ from .shot_result import ShotResult, count_chunk, final_status, outcome_message
 log = logging.getLogger("svfx.flow")
 
 
+class FramesChanged(SvfxError):
+    """A run settled without a cluster found frames to compute after all."""
+
+
 def run_planned_shot(
     plan: ShotPlan,
     catalog: Catalog,
-    client: Client,
+    client: Client | None,
     *,
     flow_run_id: str | None = None,
     window: int = 0,
@@ -61,7 +66,9 @@ def run_planned_shot(
 ) -> ShotResult:
     """Run the plan to the end; the job is closed on every way out (see the module).
     Raises JobConflict before any work when a live job writes the same outputs, and
-    CatalogError when the catalog cannot be used (named, with the reason)."""
+    CatalogError when the catalog cannot be used (named, with the reason). ``client`` may be
+    None when nothing is to be computed (`flows.settled.settle_without_cluster`); should
+    frames turn out to need computing after all, the job ends failed, saying so."""
     uris = {f: plan.sequence.uri_for(f) for f in plan.sequence.frames}
     owner = start_run()
     try:
@@ -81,7 +88,7 @@ def run_planned_shot(
 def _run_registered(
     plan: ShotPlan,
     catalog: Catalog,
-    client: Client,
+    client: Client | None,
     job_id: int,
     flow_run_id: str | None,
     window: int,
@@ -110,7 +117,7 @@ def _run_registered(
 def _run(
     plan: ShotPlan,
     catalog: Catalog,
-    client: Client,
+    client: Client | None,
     result: ShotResult,
     flow_run_id: str | None,
     window: int,
@@ -122,14 +129,23 @@ def _run(
     work = work_to_do(plan, catalog, provenance)
     _record_work(catalog, job_id, work, result)
     _emit(result, "planned", work.note)
+    if work.jobs and client is None:  # frames changed since they were found all done
+        raise FramesChanged(
+            f"{len(work.todo)} frames of {plan.spec.shot_path} need computing after all (they "
+            "changed while the run was being decided); submit again"
+        )
 
     recorder = ChunkRecorder(catalog, job_id)
-    gpus = gpu_slots(client)
+    gpus = gpu_slots(client) if work.jobs else 0
     resources = {"GPU": 1} if gpus else None
-    slots = gpus or worker_count(client) or 1
+    slots = gpus or (worker_count(client) if work.jobs else 0) or 1
     window = window or 2 * slots
     stopping = threading.Event()
-    summaries = dispatch(client, list(work.jobs), window=window, resources=resources, stop=stopping)
+    summaries: Iterator[ChunkSummary] = iter(())
+    if client is not None and work.jobs:
+        summaries = dispatch(
+            client, list(work.jobs), window=window, resources=resources, stop=stopping
+        )
     try:
         for summary in summaries:
             recorder.record(summary)
@@ -149,7 +165,7 @@ def _run(
 
     finished = sorted(result.done + result.skipped + result.adopted)
     if finished:
-        qc = _start_qc(plan, client, finished) if result.done else None
+        qc = _start_qc(plan, client, finished) if result.done and client else None
         result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
         if qc is not None:
             _record_qc(plan, catalog, job_id, qc, result)
@@ -211,7 +227,11 @@ def store_provenance(plan: ShotPlan, job_id: int, flow_run_id: str | None) -> di
 
 
 def _finalize(
-    plan: ShotPlan, client: Client, provenance: dict[str, str], frames: list[int], new: bool
+    plan: ShotPlan,
+    client: Client | None,
+    provenance: dict[str, str],
+    frames: list[int],
+    new: bool,
 ) -> dict[str, str]:
     finalize = FinalizeJob(
         paths=plan.paths,
@@ -229,7 +249,7 @@ def _finalize(
         keypoints=plan.keypoints,
     )
     try:
-        if new:  # new previews to read: on a worker, not in the flow
+        if new and client is not None:  # new previews to read: on a worker, not in the flow
             return dict(client.submit(finalize_shot, finalize, pure=False).result())
         return finalize_shot(finalize)  # only checks that the files exist
     except Exception as exc:  # the frames are safe; say what is missing

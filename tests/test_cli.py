@@ -399,3 +399,24 @@ def test_a_truncated_frame_gives_partial_naming_it(submitted, shot_home, dask_ad
     shots = {r["shot"]: r for r in as_json(invoke("catalog", "shots", "--json"))}
     assert shots["sh020"]["passes"] == {"matte": 3, "normal": 3}
     assert shots["sh010"]["passes"] == {"matte": 4, "normal": 4}
+
+
+@pytest.mark.timeout(300)
+def test_a_resubmit_with_nothing_to_do_answers_without_a_cluster(submitted, monkeypatch):
+    """Every frame done on disk and in the catalog: the job is recorded and closed here, no
+    Dask, no flow (a resubmit of the demo took 13 s for starting them)."""
+
+    def must_not_run(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the flow was started for a run with nothing to compute")
+
+    monkeypatch.setattr(submit_commands, "_run_flow", must_not_run)
+    args = ["--shot", SHOT, "--colorspace", "lin_rec709", "--passes", "normal,matte"]
+    args += ["--frames", "1001-1004", "--output", str(submitted["out"]), "--no-previews"]
+    result = invoke("submit", submitted["pattern"], *args, "--json")
+    assert result.exit_code == 0, why(result)
+    summary = as_json(result)
+    assert summary["status"] == "complete"
+    assert (summary["done"], sorted(summary["skipped"])) == ([], [1001, 1002, 1003, 1004])
+    assert summary["job_id"] != as_json(submitted["cli"])["job_id"]  # recorded as a run
+    status = as_json(invoke("status", str(summary["job_id"]), "--json"))
+    assert status[0]["status"] == "complete"
