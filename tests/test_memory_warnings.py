@@ -14,6 +14,32 @@ from flows.memory_warnings import (
 )
 
 
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def caught(monkeypatch: pytest.MonkeyPatch) -> Records:
+    """What these loggers emit, caught on the loggers themselves: whatever logging an earlier
+    test in the process configured (Dask's own config, distributed's rate limiter, levels,
+    propagation) is set aside for them here."""
+    records = Records()
+    for name in (*DASK_MEMORY_LOGGERS, OUR_LOGGER):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "disabled", False)
+        monkeypatch.setattr(logger, "propagate", False)
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        monkeypatch.setattr(logger, "filters", [])
+        monkeypatch.setattr(logger, "handlers", [records])
+    logging.getLogger().manager._clear_cache()
+    return records
+
+
 @pytest.fixture
 def quieted():
     ours = quiet_dask_memory_warnings("tcp://127.0.0.1:4242")
@@ -21,8 +47,7 @@ def quieted():
     restore_dask_memory_warnings(ours)
 
 
-def test_dask_memory_warnings_become_one_line_of_ours(quieted, caplog) -> None:
-    caplog.set_level(logging.DEBUG)
+def test_dask_memory_warnings_become_one_line_of_ours(caught, quieted) -> None:
     memory = logging.getLogger("distributed.worker.memory")
     pause = "Worker is at %d%% memory usage. Pausing worker.  Process memory: %s -- limit: %s"
     for _ in range(5):
@@ -31,8 +56,8 @@ def test_dask_memory_warnings_become_one_line_of_ours(quieted, caplog) -> None:
     logging.getLogger("distributed.gc").warning("full garbage collections took %d%%", 12)
     memory.debug("a debug line passes")
 
-    ours = [r for r in caplog.records if r.name == OUR_LOGGER]
-    raw = [r for r in caplog.records if r.name in DASK_MEMORY_LOGGERS]
+    ours = [r for r in caught.records if r.name == OUR_LOGGER]
+    raw = [r for r in caught.records if r.name in DASK_MEMORY_LOGGERS]
     assert len(ours) == 1
     line = ours[0].getMessage()
     assert "tcp://127.0.0.1:4242" in line and "9.40 GiB of its 11.50 GiB limit" in line
@@ -41,9 +66,8 @@ def test_dask_memory_warnings_become_one_line_of_ours(quieted, caplog) -> None:
     assert quieted.dropped == 11
 
 
-def test_restoring_lets_dask_speak_again(caplog) -> None:
+def test_restoring_lets_dask_speak_again(caught) -> None:
     ours = quiet_dask_memory_warnings("w")
     restore_dask_memory_warnings(ours)
-    with caplog.at_level(logging.WARNING):
-        logging.getLogger("distributed.worker.memory").warning("Unmanaged memory use is high")
-    assert [r.name for r in caplog.records] == ["distributed.worker.memory"]
+    logging.getLogger("distributed.worker.memory").warning("Unmanaged memory use is high")
+    assert [r.name for r in caught.records] == ["distributed.worker.memory"]
