@@ -55,5 +55,8 @@ def write_demo_plate(
         path = out / f"astronaut.{number:04d}.exr"
         tmp = path.with_suffix(".exr.tmp")
         OpenEXR.File(header, {"RGB": rgb}).write(str(tmp))
+        if path.exists() and path.read_bytes() == tmp.read_bytes():
+            tmp.unlink()  # unchanged: its mtime (the frame's fingerprint) stays, so a second
+            continue  # demo finds every frame done instead of redoing the shot
         tmp.replace(path)
     return str(out / "astronaut.####.exr")
