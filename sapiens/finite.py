@@ -74,7 +74,7 @@ def _finite(fh: BinaryIO, entry: TensorEntry, buffer: np.ndarray, scratch: np.nd
     left = entry.end - entry.begin
     while left > 0:
         n = min(left, buffer.size)
-        _read_exactly(fh, memoryview(buffer)[:n])
+        read_exactly(fh, memoryview(buffer)[:n])
         bits = buffer[:n].view(uint)
         magnitude = scratch[:n].view(uint)
         np.bitwise_and(bits, magnitude_mask, out=magnitude)
@@ -84,7 +84,8 @@ def _finite(fh: BinaryIO, entry: TensorEntry, buffer: np.ndarray, scratch: np.nd
     return True
 
 
-def _read_exactly(fh: BinaryIO, view: memoryview) -> None:
+def read_exactly(fh: BinaryIO, view: memoryview) -> None:
+    """Fill ``view`` from ``fh``; OSError naming the byte where the file ended early."""
     done = 0
     while done < len(view):
         got = fh.readinto(view[done:])

@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import torch
 
+from .finite import read_exactly
 from .safetensors_format import TensorEntry
 
 # safetensors dtype names -> torch dtypes (little-endian, as the format stores them)
@@ -83,12 +84,5 @@ def _dtypes(
 
 
 def _read_exactly(fh: BinaryIO, raw: torch.Tensor) -> None:
-    if raw.numel() == 0:
-        return
-    view = memoryview(raw.numpy())
-    done = 0
-    while done < len(view):
-        got = fh.readinto(view[done:])
-        if not got:  # the file shrank since its header was read
-            raise OSError(f"the file ends at byte {fh.tell()}, before the tensor does")
-        done += got
+    if raw.numel():
+        read_exactly(fh, memoryview(raw.numpy()))
