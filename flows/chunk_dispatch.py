@@ -8,12 +8,13 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
-
-from distributed import Client, as_completed
+from typing import TYPE_CHECKING, Any
 
 from schemas.summaries import ChunkSummary, FrameSummary
-from tasks.chunk_worker import ChunkJob, process_chunk
+from tasks.chunk_job import ChunkJob
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger("svfx.flow")
 
@@ -30,11 +31,17 @@ def dispatch(
     own queueing, stack-notes.md 3.2); yield each summary as it lands. A chunk whose worker
     died more often than Dask allows, or that raised, comes back as failed frames. Once
     ``stop`` is set nothing more is submitted and the chunks in flight are still yielded."""
+    # Dask and the worker's code (torch) only where chunks are dispatched: a run with nothing
+    # to compute (flows.settled) does without them
+    from distributed import as_completed
+
+    from tasks.chunk_worker import process_chunk
+
     pending = iter(jobs)
     in_flight: dict[Any, ChunkJob] = {}
     run = uuid.uuid4().hex[:8]
 
-    def submit_next(ac: as_completed | None) -> Any:
+    def submit_next(ac: Any) -> Any:
         job = None if stop is not None and stop.is_set() else next(pending, None)
         if job is None:
             return None

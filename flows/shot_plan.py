@@ -14,7 +14,7 @@ from storage.location import Location
 from storage.sequences import PlateSequence
 from storage.zarr_store import KEYPOINTS, shard_of
 from tasks.checkpoints import CheckpointRef, seg_class_names
-from tasks.chunk_worker import ChunkJob
+from tasks.chunk_job import ChunkJob
 from tasks.output_paths import ShotOutputPaths
 
 

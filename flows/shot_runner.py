@@ -23,9 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
-
-from distributed import Client
+from typing import TYPE_CHECKING, Any
 
 from core.errors import SvfxError
 from schemas.catalog.errors import CatalogUnavailable
@@ -41,12 +39,14 @@ from tasks.provenance import platform_version
 from tasks.temporal_qc import QcJob, flagged_frames, qc_passes, shot_flicker
 
 from .chunk_dispatch import dispatch, failed_chunk
-from .cluster import gpu_slots, worker_count
 from .job_recording import ChunkRecorder, Heartbeat, close_after
 from .planning import work_to_do
 from .progress import Progress, emit
 from .shot_plan import ShotPlan, Work
 from .shot_result import ShotResult, count_chunk, final_status, outcome_message
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger("svfx.flow")
 
@@ -136,9 +136,14 @@ def _run(
         )
 
     recorder = ChunkRecorder(catalog, job_id)
-    gpus = gpu_slots(client) if work.jobs else 0
+    gpus = slots = 0
+    if client is not None and work.jobs:
+        from .cluster import gpu_slots, worker_count  # Dask only where chunks go out
+
+        gpus = gpu_slots(client)
+        slots = gpus or worker_count(client)
     resources = {"GPU": 1} if gpus else None
-    slots = gpus or (worker_count(client) if work.jobs else 0) or 1
+    slots = slots or 1
     window = window or 2 * slots
     stopping = threading.Event()
     summaries: Iterator[ChunkSummary] = iter(())

@@ -12,7 +12,6 @@ before dispatch).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 
@@ -28,6 +27,7 @@ from .safetensors_format import (
     TensorEntry,
     read_header,
     read_tensor_index,
+    sha256_file,
     sort_metadata,
 )
 from .tensor_reading import read_tensors
@@ -43,14 +43,6 @@ __all__ = [
     "sha256_file",
     "verify_checkpoint",
 ]
-
-
-def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def compare_shapes(expected: Shapes, found: Shapes) -> list[str]:

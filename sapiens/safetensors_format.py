@@ -13,6 +13,7 @@ signatures, to give the conversion hint instead of a bare "not safetensors".
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -215,3 +216,11 @@ def _entry(path: str, key: str, value: object, data_start: int) -> TensorEntry:
             f"its byte range {begin}..{end}",
         )
     return TensorEntry(dtype, shape, data_start + begin, data_start + end)
+
+
+def sha256_file(path: str | os.PathLike[str], block: int = 1 << 24) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()

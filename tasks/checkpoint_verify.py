@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from sapiens.errors import CheckpointError
-from sapiens.loading import verify_checkpoint
 
 from .checkpoints import CheckpointChoiceError, CheckpointRef
 from .file_caches import JsonFileCache, cached_sha256, file_identity
@@ -50,6 +49,14 @@ def verify_checkpoints(refs: Mapping[str, CheckpointRef]) -> None:
         lines = [f"{len(errors)} checkpoint file(s) failed verification:"]
         lines += [f"  {', '.join(passes_of[e.path])}: {e}" for e in errors]
         raise CheckpointChoiceError("\n".join(lines))
+
+
+def verify_checkpoint(path: str) -> None:
+    """`sapiens.loading.verify_checkpoint`, imported when a file is to be verified: it needs
+    torch, which a plan whose files all passed before (a resubmit) does not."""
+    from sapiens.loading import verify_checkpoint as verify
+
+    verify(path)
 
 
 def verify_checkpoint_once(ref: CheckpointRef) -> None:

@@ -29,7 +29,7 @@ from sapiens.checkpoint_arch import (
     v1_checkpoint_info,
 )
 from sapiens.errors import CheckpointError
-from sapiens.loading import read_header
+from sapiens.safetensors_format import read_header
 from sapiens.seg_classes import seg_classes_for
 from sapiens.v1_arch import FAMILY as SAPIENS1
 from sapiens.v1_arch import canonical_v1
@@ -203,15 +203,15 @@ def untrained_checkpoint(
     wait, then take the file as it is. A file already there is never rewritten (another
     process may have chosen it and be checking its sha256). Its bytes are the same whichever
     process builds it (`sapiens.loading.save_model`), so a lost home rebuilds the same files."""
-    from filelock import FileLock
-
-    from sapiens.loading import save_model
-    from sapiens.model import build_model
-
     arch = wanted_arch(model_size, family)
     path = Path(directory) / f"{arch}_{task}_UNTRAINED.safetensors"
     if path.is_file():  # the common case, and no lock to create in a read-only folder
         return describe_checkpoint(path)
+    from filelock import FileLock
+
+    from sapiens.loading import save_model  # torch: only to build one
+    from sapiens.model import build_model
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with _BUILD_LOCK, FileLock(path.with_name(f"{path.name}.lock")):
         if not path.is_file():  # built while this process waited for the lock

@@ -31,7 +31,6 @@ import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES
@@ -39,15 +38,14 @@ from sapiens.predictor import Predictor, release_cached_memory
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
-from storage.location import Location
 from storage.zarr_writer import ShotStoreWriter
-from tasks.checkpoints import CheckpointRef, seg_class_names
+from tasks.checkpoints import seg_class_names
+from tasks.chunk_job import ChunkJob
 from tasks.colour import ColourConversion
 from tasks.frame_inference import FrameInference, InferredFrame, default_focal
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import get_predictor
-from tasks.output_paths import ShotOutputPaths
 
 log = logging.getLogger("svfx.worker")
 
@@ -56,26 +54,6 @@ WRITE_BEHIND = 2
 FRAMES_PER_BATCH = 2  # frames whose tiles share model batches
 _ENCODER_LOCK = threading.Lock()
 _ENCODER_THREADS: int | None = None
-
-
-@dataclass(frozen=True)
-class ChunkJob:
-    """One chunk's work order: small and picklable (URIs and settings only)."""
-
-    index: int
-    frames: tuple[int, ...]
-    plate_uris: tuple[str, ...]
-    # the plate (its pattern), with the options that reach its frames; plates may live
-    # elsewhere than the outputs (plates on S3, outputs on local disk, ...)
-    plate: Location
-    store_indices: tuple[int, ...]  # each frame's index in the shot's Zarr arrays
-    spec: dict[str, Any]  # ShotSpec as JSON
-    plate_colorspace: str  # resolved OCIO name
-    checkpoints: dict[str, CheckpointRef]  # model pass -> checkpoint
-    paths: ShotOutputPaths  # where the outputs go, with the options that reach them
-    frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
-    provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
-    fingerprints: dict[int, str] = field(default_factory=dict)
 
 
 def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> ChunkSummary:

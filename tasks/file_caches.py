@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sapiens.loading import sha256_file
+from sapiens.safetensors_format import sha256_file
 
 
 class JsonFileCache:

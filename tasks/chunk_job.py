@@ -1,0 +1,32 @@
+"""One chunk's work order (`ChunkJob`): what a worker needs to process a few frames, small
+and picklable, with no torch in it, so planning a shot (and deciding there is nothing to do)
+does not import the models' code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.location import Location
+from tasks.checkpoints import CheckpointRef
+from tasks.output_paths import ShotOutputPaths
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """One chunk's work order: small and picklable (URIs and settings only)."""
+
+    index: int
+    frames: tuple[int, ...]
+    plate_uris: tuple[str, ...]
+    # the plate (its pattern), with the options that reach its frames; plates may live
+    # elsewhere than the outputs (plates on S3, outputs on local disk, ...)
+    plate: Location
+    store_indices: tuple[int, ...]  # each frame's index in the shot's Zarr arrays
+    spec: dict[str, Any]  # ShotSpec as JSON
+    plate_colorspace: str  # resolved OCIO name
+    checkpoints: dict[str, CheckpointRef]  # model pass -> checkpoint
+    paths: ShotOutputPaths  # where the outputs go, with the options that reach them
+    frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
+    provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
+    fingerprints: dict[int, str] = field(default_factory=dict)
