@@ -35,6 +35,7 @@ from .spec_options import (
     SPEC_DEFAULTS,
     CheckpointRootOpt,
     ColourOpt,
+    ExrLayoutOpt,
     FamilyOpt,
     ModelSizeOpt,
     OutputOpt,
@@ -84,6 +85,7 @@ def submit_edit(
     colorspace: ColourOpt = None,
     checkpoint_root: CheckpointRootOpt = None,
     version: VersionOpt = SPEC_DEFAULTS["version"],
+    exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
     no_previews: Annotated[
         bool, typer.Option("--no-previews", help="no previews and no review clips")
     ] = False,
@@ -118,6 +120,7 @@ def submit_edit(
             "colorspace": colorspace,
             "checkpoint_root": checkpoint_root,
             "version": version,
+            "exr_layout": exr_layout,
             "previews": not no_previews,
             "review_clips": not no_previews,
         }

@@ -53,6 +53,7 @@ class ScanDefaults:
     model_size: str = ShotSpec.model_fields["model_size"].default
     output_root: str | None = None
     version: str = ShotSpec.model_fields["version"].default
+    exr_layout: str = ShotSpec.model_fields["exr_layout"].default
     colorspace: str | None = None
     checkpoint_root: str | None = None
     settle_seconds: float = 120.0
@@ -354,6 +355,7 @@ def _spec_for(sequence: FoundSequence, defaults: ScanDefaults) -> ShotSpec:
         "model_size": defaults.model_size,
         "output_root": defaults.output_root,
         "version": defaults.version,
+        "exr_layout": defaults.exr_layout,
         "colorspace": defaults.colorspace,
         "checkpoint_root": defaults.checkpoint_root,
         "submitter": defaults.submitter,

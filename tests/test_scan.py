@@ -237,7 +237,7 @@ def test_in_flight_plates_are_not_submitted_again_and_the_cap_holds(bucket, tmp_
         catalog,
         submitter,
         settings,
-        defaults=ScanDefaults(settle_seconds=0, max_in_flight=2),
+        defaults=ScanDefaults(settle_seconds=0, max_in_flight=2, exr_layout="single"),
     )
     actions = {d.shot.split("/")[2]: d.action for d in report.sequences}
     # sh010 runs already (one of the 2 slots), sh020 takes the other, sh030 waits
@@ -251,6 +251,7 @@ def test_in_flight_plates_are_not_submitted_again_and_the_cap_holds(bucket, tmp_
         "bg01",
         "1001-1002",
     )
+    assert spec.exr_layout == "single"  # the scan's choice reaches every shot it submits
 
 
 def test_a_sequence_still_being_written_waits_for_it_to_settle(bucket, tmp_path):
