@@ -10,9 +10,8 @@ import typer
 
 from flows.cut_planning import CutPlan, plan_cut
 from flows.cut_templates import DEFAULT_PLATE_TEMPLATE
-from flows.edit_cuts import CutError, CutOptions, load_cut
+from flows.edit_cuts import CutOptions, load_cut
 from flows.orchestrator import OrchestratorError, prefect_api
-from flows.plate_template import TemplateError
 from flows.shot_patterns import parse_shot_pattern
 from schemas.settings import Settings
 from storage.sequences import PlateSequence, discover_sequence
@@ -148,10 +147,7 @@ def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: S
     def discover(pattern: str) -> PlateSequence:
         return discover_sequence(settings.location(pattern))
 
-    try:
-        clips = load_cut(cut, options)
-    except (CutError, TemplateError) as exc:
-        raise refused(exc) from None
+    clips = refusing(lambda: load_cut(cut, options))
     return refusing(
         lambda: plan_cut(
             clips,

@@ -51,7 +51,7 @@ class OurMemoryWarning(logging.Filter):
 def _figures(record: logging.LogRecord) -> str:
     """'(9.4 GiB of its 11.5 GiB limit)' from a pause record's arguments, else ''."""
     args = record.args
-    if record.msg.startswith("Worker is at") and isinstance(args, tuple) and len(args) == 3:
+    if str(record.msg).startswith("Worker is at") and isinstance(args, tuple) and len(args) == 3:
         return f" ({args[1]} of its {args[2]} limit)"
     return ""
 

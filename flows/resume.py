@@ -24,8 +24,7 @@ from typing import Any
 
 from schemas.catalog.uris import normalise_uri
 from schemas.catalog.writer import Catalog
-from schemas.passes import OUTPUT_KINDS
-from schemas.passes import expected_outputs as pass_outputs
+from schemas.passes import OUTPUT_KINDS, expected_outputs
 from schemas.summaries import ChunkSummary, FrameSummary
 from storage.checksum import sha256_file
 from storage.errors import StorageError
@@ -41,19 +40,16 @@ FILE_KINDS = tuple(kind for kind in OUTPUT_KINDS if kind != "zarr")  # one file 
 ADOPTED_CHUNK = -2  # chunk index of frames recorded from their frame records
 
 
-def expected_outputs(plan: ShotPlan) -> set[tuple[str, str]]:
-    """(kind, pass) of every output a finished frame of this spec has."""
-    return pass_outputs(plan.spec.passes, plan.spec.previews)
-
-
-def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
-    """Split the plate's present frames into to do, skipped and adopted (see the module)."""
+def decide_work(plan: ShotPlan, catalog: Catalog, *, adopt: bool = True) -> Work:
+    """Split the plate's present frames into to do, skipped and adopted (see the module).
+    ``adopt=False`` leaves frames only their frame records prove in ``todo``, unread (proving
+    one hashes its outputs): for a caller that only asks whether everything is done."""
     spec, paths = plan.spec, plan.paths
     known = catalog.known_plate_frames(spec.show, spec.sequence, spec.shot, spec.plate)
     recorded = catalog.frame_outputs(spec.show, spec.sequence, spec.shot, paths.root + "/")
     on_disk = files_under(paths.location)
     committed = committed_frames(paths.at(paths.zarr))
-    wanted = expected_outputs(plan)
+    wanted = expected_outputs(plan.spec.passes, plan.spec.previews)
     todo: list[int] = []
     skipped: list[int] = []
     adopted: dict[int, ChunkSummary] = {}
@@ -71,7 +67,7 @@ def decide_work(plan: ShotPlan, catalog: Catalog) -> Work:
             if outputs:
                 redone[frame] = missing
         record = paths.frame_record(frame)
-        if normalise_uri(record) in on_disk:
+        if adopt and normalise_uri(record) in on_disk:
             summary = _adoptable(plan, record, fingerprint, wanted, on_disk, committed.get(frame))
             if summary is not None:
                 adopted[frame] = summary

@@ -19,7 +19,7 @@ def settle_without_cluster(plan: ShotPlan, catalog: Catalog) -> ShotResult | Non
     """The run's result when nothing is to be computed or adopted; None when there is work
     for a cluster (the caller runs the flow as usual). Raises JobConflict, as a run does,
     when a live job writes the same outputs."""
-    work = decide_work(plan, catalog)
-    if work.todo or work.adopted or not work.skipped:
+    work = decide_work(plan, catalog, adopt=False)  # frames to prove: the flow's to do
+    if work.todo or not work.skipped:
         return None
     return run_planned_shot(plan, catalog, None)

@@ -136,20 +136,18 @@ def _run(
         )
 
     recorder = ChunkRecorder(catalog, job_id)
-    gpus = slots = 0
+    stopping = threading.Event()
+    summaries: Iterator[ChunkSummary] = iter(())
     if client is not None and work.jobs:
         from .cluster import gpu_slots, worker_count  # Dask only where chunks go out
 
         gpus = gpu_slots(client)
-        slots = gpus or worker_count(client)
-    resources = {"GPU": 1} if gpus else None
-    slots = slots or 1
-    window = window or 2 * slots
-    stopping = threading.Event()
-    summaries: Iterator[ChunkSummary] = iter(())
-    if client is not None and work.jobs:
         summaries = dispatch(
-            client, list(work.jobs), window=window, resources=resources, stop=stopping
+            client,
+            list(work.jobs),
+            window=window or 2 * (gpus or worker_count(client) or 1),
+            resources={"GPU": 1} if gpus else None,
+            stop=stopping,
         )
     try:
         for summary in summaries:

@@ -85,9 +85,6 @@ class Pass:
         host (OpenColorIO) and tagged so in the EXR and the Nuke script."""
         return any(layer.scene_linear for layer in self.exr)
 
-    def task_for(self, family: str) -> str | None:
-        return self.models.get(family)
-
 
 PASSES: tuple[Pass, ...] = (
     Pass(
@@ -307,14 +304,6 @@ PERSON_MASK_FROM: tuple[str, ...] = tuple(
 )
 
 
-def get(name: str) -> Pass:
-    """The pass named ``name``; KeyError naming the known ones otherwise."""
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"unknown pass {name!r}; known: {', '.join(PASS_NAMES)}") from None
-
-
 def in_order(names: Iterable[str]) -> tuple[str, ...]:
     """``names`` in the table's order (known passes only)."""
     wanted = set(names)
@@ -432,7 +421,7 @@ def expected_outputs(names: Sequence[str], previews: bool) -> set[tuple[str, str
 
 
 def describe() -> str:
-    """One line per pass, for help texts: 'name: description (families)'."""
+    """Every pass with its description, for help texts: 'name: description; ...'."""
     return "; ".join(f"{p.name}: {p.description}" for p in PASSES)
 
 

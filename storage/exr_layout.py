@@ -25,6 +25,8 @@ def exr_layout(where: Where) -> ExrLayout:
     try:
         with fs.open(path, "rb") as handle, captured_native_output(lambda _line: True):
             parts = OpenEXR.File(handle, header_only=True).parts
+    except OSError as exc:  # not there, no permission, an object store's refusal
+        raise StorageError(f"{location.uri}: cannot read it: {exc}") from exc
     except (RuntimeError, ValueError, TypeError) as exc:
         raise StorageError(f"{location.uri}: not a readable OpenEXR file ({exc})") from exc
     if len(parts) > 1 or CONTENT_KEY in parts[0].header:
@@ -41,4 +43,6 @@ def first_exr(folder: Location, glob: str) -> str | None:
         found = sorted(fs.glob(f"{path.rstrip('/')}/{glob}"))
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StorageError(f"{folder.uri}: cannot list it: {exc}") from exc
     return f"{folder.uri.rstrip('/')}/{found[0].rsplit('/', 1)[-1]}" if found else None

@@ -4,13 +4,12 @@ values. Storage never knows a pass; the pass table (`schemas.passes`) builds the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 PreviewKind = Literal["vectors", "inverse_depth", "relative_depth", "colour", "alpha", "labels"]
 # How a frame's layers sit in its EXR: one part per layer (Nuke reads each on its own), or
 # every layer in one header (readers that take only a file's first part see them all).
 ExrLayout = Literal["multipart", "single"]
-EXR_LAYOUTS: tuple[ExrLayout, ...] = get_args(ExrLayout)
 
 
 @dataclass(frozen=True)

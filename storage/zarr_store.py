@@ -300,7 +300,7 @@ def _committed(group: zarr.Group, where: Location) -> dict[int, str]:
 
 def _shards_present(array: zarr.Array, where: Location) -> set[int]:
     """Frame-axis indices of the shards of ``array`` that exist in storage (one listing)."""
-    fs, root = where.at(f"{where.uri.rstrip('/')}/{array.basename}").fs_and_path()
+    fs, root = where.join(array.basename).fs_and_path()
     first_key = array.metadata.encode_chunk_key((0,) * array.ndim)  # e.g. c/0/0/0/0
     prefix, _, _ = first_key.partition("0")
     try:
