@@ -62,6 +62,8 @@ from .spec_options import (
     OverlapOpt,
     PassesOpt,
     PrecisionOpt,
+    RadiusOpt,
+    TemporalOpt,
     VersionOpt,
 )
 
@@ -110,6 +112,8 @@ def submit(
     ] = False,
     nonfinite: NonfiniteOpt = SPEC_DEFAULTS["nonfinite"],
     exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
+    temporal: TemporalOpt = SPEC_DEFAULTS["temporal"],
+    temporal_radius: RadiusOpt = SPEC_DEFAULTS["temporal_radius"],
     as_json: JsonOpt = False,
 ) -> None:
     """Run a shot through every pass asked for; shows progress, then a summary."""
@@ -134,6 +138,8 @@ def submit(
         "tiling": {"overlap": overlap},
         "nonfinite": nonfinite,
         "exr_layout": exr_layout,
+        "temporal": temporal,
+        "temporal_radius": temporal_radius,
     }
     parts = shot.strip("/").split("/")
     if len(parts) != 3:
@@ -171,8 +177,9 @@ def run_submit(
     _warn_before_run(plan, spec)
     from flows.settled import settle_without_cluster
 
-    try:  # nothing to compute: answered here, without a cluster or the flow
-        settled = settle_without_cluster(plan, catalog)
+    try:  # nothing to compute: answered here, without a cluster or the flow (a version
+        # to stabilise after it goes to the flow, which does both)
+        settled = None if _then_stabilise(spec) else settle_without_cluster(plan, catalog)
     except JobConflict as exc:  # a twin submitted in the same instant registered first
         return _follow_or_refuse(exc.job, spec, catalog, as_json)
     except SvfxError as exc:
@@ -190,6 +197,10 @@ def run_submit(
     else:
         _print_result(result)
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
+
+
+def _then_stabilise(spec: ShotSpec) -> bool:
+    return spec.temporal == "stabilize" and not spec.stabilised
 
 
 def require_cluster(address: str | None, settings: Settings) -> None:
@@ -379,7 +390,11 @@ def _print_result(result: dict[str, Any]) -> None:
         rows.append(("found on disk", str(len(result["adopted"]))))
     rows.append(("failed", str(len(result["failed"]))))
     paths = [("EXR", result["exr_pattern"]), ("Zarr", result["zarr"])]
-    paths += [(name.replace("_", " "), str(uri)) for name, uri in result.get("extras", {}).items()]
+    paths += [
+        (name.replace("_", " "), str(uri))
+        for name, uri in result.get("extras", {}).items()
+        if name != "not_stabilised"  # a reason, printed under the table
+    ]
     rows += [(name, in_folder(uri, folder)) for name, uri in paths]
     rows += [
         (f"flickers: {n}", ", ".join(map(str, f))) for n, f in result.get("flagged", {}).items()
@@ -398,6 +413,9 @@ def _print_result(result: dict[str, Any]) -> None:
         err.print(f"[bold red]error:[/] {escape(result['error'])}", highlight=False, soft_wrap=True)
     if result.get("untrained"):
         err.print(f"[bold yellow]UNTRAINED weights for {', '.join(result['untrained'])}[/]")
+    if result.get("extras", {}).get("not_stabilised"):
+        why = result["extras"]["not_stabilised"]
+        err.print(f"[yellow]not stabilised:[/] {escape(why)}", highlight=False, soft_wrap=True)
 
 
 # -- status ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, reso
 from storage.errors import FrameError
 from storage.exr_layout import exr_layout, first_exr
 from storage.frame import Frame
+from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.sequences import PlateSequence, discover_sequence
 from storage.uri import is_remote
@@ -34,6 +35,7 @@ class ShotInputs:
     colorspace: str  # resolved OCIO name
     colorspace_guessed: bool
     colour_note: str  # what was used and why, for the user
+    source: ShotOutputPaths | None = None  # a stabilised version's per-frame version
 
 
 def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
@@ -62,9 +64,26 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     layout_problem = exr_layout_problem(spec, paths)
     if layout_problem:
         raise SpecError(layout_problem)
+    source = source_paths(spec, outputs, sequence.padding)
     header = first_readable(sequence)
     colorspace, guessed, note = colourspace(spec, header)
-    return ShotInputs(spec, output_root, paths, sequence, header, colorspace, guessed, note)
+    return ShotInputs(spec, output_root, paths, sequence, header, colorspace, guessed, note, source)
+
+
+def source_paths(spec: ShotSpec, outputs: Location, padding: int) -> ShotOutputPaths | None:
+    """Where a stabilised version's per-frame version lies (None for a per-frame spec);
+    SpecError when it holds no EXR (nothing to stabilise from)."""
+    if spec.source_version is None:
+        return None
+    source = ShotOutputPaths.for_shot(
+        outputs, spec.show, spec.sequence, spec.shot, spec.source_version, padding,
+        element=spec.element, family=spec.output_family,
+    )  # fmt: skip
+    if first_exr(source.location, source.exr_glob) is None:
+        raise SpecError(
+            f"{source.root}: {spec.shot_path} {spec.source_version} has no EXR frames to stabilise"
+        )
+    return source
 
 
 def exr_layout_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:

@@ -76,6 +76,7 @@ def plan_shot(spec: ShotSpec, settings: Settings, inputs: ShotInputs | None = No
         fps=_fps(header),
         frames_per_shard=frames_per_shard,
         qc_threshold=settings.qc_flicker_threshold,
+        source=inputs.source,
     )
 
 

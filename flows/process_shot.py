@@ -29,6 +29,7 @@ from prefect.runtime import flow_run
 
 from schemas.catalog import open_catalog
 from schemas.catalog.errors import JobConflict
+from schemas.catalog.writer import Catalog
 from schemas.settings import Settings, load_settings
 from schemas.spec import ShotSpec, parse_spec
 
@@ -39,6 +40,7 @@ from .refusals import refusal
 from .shot_plan import ShotPlan
 from .shot_result import ShotResult
 from .shot_runner import run_planned_shot
+from .stabilise import stabilised_spec
 
 
 @task(name="plan-shot", cache_policy=None)
@@ -119,11 +121,50 @@ def _run(
 
     with listening(on_progress), dask_client(settings, dask_address) as client:
         result = run_planned_shot(plan, catalog, client, flow_run_id=_flow_run_id())
-    _publish(shot_spec, result)
+        _report(shot_spec, result)
+        if shot_spec.temporal == "stabilize" and not shot_spec.stabilised:
+            stable = _stabilise(shot_spec, result, catalog, settings, client)
+            if stable is not None:
+                stable.extras["per_frame_job"] = str(result.job_id)
+                return stable
+    return result
+
+
+def _report(spec: ShotSpec, result: ShotResult) -> None:
+    logger = get_run_logger()
+    _publish(spec, result)
     if result.status == "failed":
         logger.error("shot failed: no frame could be processed")
     elif result.status == "partial":
         logger.warning("shot partial: %d frames failed", len(result.failed))
+
+
+def _stabilise(
+    spec: ShotSpec, per_frame: ShotResult, catalog: Catalog, settings: Settings, client: Any
+) -> ShotResult | None:
+    """--temporal stabilize: the stabilised version of the per-frame one just run, on the
+    same cluster (`flows.stabilise`); None, with the reason logged and in the per-frame
+    result, when it cannot be made (the per-frame version stands)."""
+    logger = get_run_logger()
+    try:
+        stable_spec = stabilised_spec(
+            catalog,
+            settings,
+            spec.shot_path,
+            spec.version,
+            element=spec.element,
+            radius=spec.temporal_radius,
+        )
+        plan = plan_task(stable_spec, settings)
+        if isinstance(plan, str):
+            raise _Refused(plan)
+    except (SvfxError, _Refused) as exc:
+        logger.warning("not stabilised: %s", exc)
+        per_frame.extras["not_stabilised"] = str(exc)
+        return None
+    logger.info("stabilising %s %s into %s", spec.shot_path, spec.version, stable_spec.version)
+    result = run_planned_shot(plan, catalog, client, flow_run_id=_flow_run_id())
+    _report(stable_spec, result)
     return result
 
 

@@ -30,6 +30,7 @@ class ShotPlan:
     fps: float = 24.0  # the plate's framesPerSecond, for review clips
     frames_per_shard: int = 8  # of the Zarr store (storage.zarr_store.shard_frames)
     qc_threshold: float = 3.0  # flicker score above which a frame is flagged (settings)
+    source: ShotOutputPaths | None = None  # a stabilised version's per-frame version
 
     @property
     def plate_location(self) -> Location:
@@ -68,6 +69,7 @@ class ShotPlan:
         jobs = []
         for chunk_index, indices in enumerate(groups):
             frames = tuple(all_frames[i] for i in indices)
+            margin = self._margin(frames)
             jobs.append(
                 ChunkJob(
                     index=chunk_index,
@@ -81,10 +83,26 @@ class ShotPlan:
                     paths=self.paths,
                     frame_hw=(self.plate.height, self.plate.width),
                     provenance=provenance,
-                    fingerprints={f: self.plate.fingerprints[f][1] for f in frames},
+                    fingerprints={
+                        f: self.plate.fingerprints[f][1] for f in (*frames, *dict(margin))
+                    },
+                    source=self.source,
+                    margin=margin,
+                    keypoints=self.keypoints,
                 )
             )
         return jobs
+
+    def _margin(self, frames: tuple[int, ...]) -> tuple[tuple[int, str], ...]:
+        """A stabilised chunk's context: up to ``temporal_radius`` present frames of the
+        plate on each side of the chunk (none for a per-frame version)."""
+        if self.source is None:
+            return ()
+        present = self.sequence.frames
+        radius = self.spec.temporal_radius
+        first, last = present.index(frames[0]), present.index(frames[-1])
+        around = [*present[max(0, first - radius) : first], *present[last + 1 : last + 1 + radius]]
+        return tuple((f, self.sequence.uri_for(f)) for f in around)
 
 
 def shard_groups(indices: list[int], frames_per_shard: int, chunk_frames: int) -> list[list[int]]:

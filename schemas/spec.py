@@ -29,6 +29,7 @@ MODEL_SIZES: tuple[str, ...] = (
     "auto", "tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b", "0.3b", "0.6b", "2b",
 )  # fmt: skip
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Temporal = Literal["per_frame", "stabilize"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
@@ -117,6 +118,24 @@ class ShotSpec(BaseModel):
         "every layer in one part, for readers that take only a file's first part "
         "(cryptomatte-api and others outside Nuke)",
     )
+    temporal: Temporal = Field(
+        "per_frame",
+        description="per_frame: each frame on its own; stabilize: also a stabilised version "
+        "beside it (each frame's passes fused with its neighbours' along the plate's motion), "
+        "written as the next free version",
+    )
+    temporal_radius: int = Field(
+        2,
+        ge=2,
+        le=8,
+        description="frames fused on each side of a frame when stabilising (2: a 5-frame "
+        "window; at least 2, so a chunk's context also tells a run of frames too short to fuse)",
+    )
+    source_version: str | None = Field(
+        None,
+        description="the per-frame version a stabilised version is made from (set by "
+        "`svfx stabilize` and by --temporal stabilize; the models are not run again)",
+    )
     previews: bool = Field(True, description="previews per frame and pass")
     review_clips: bool = Field(True, description="review clips (mp4) per pass")
     submitter: str = Field(default_factory=getpass.getuser)
@@ -137,6 +156,28 @@ class ShotSpec(BaseModel):
         if not re.fullmatch(r"v\d{3,4}", value):
             raise ValueError(f"version {value!r} must look like v001")
         return value
+
+    @field_validator("source_version")
+    @classmethod
+    def _source_version(cls, value: str | None) -> str | None:
+        return None if value is None else cls._version(value)
+
+    @model_validator(mode="after")
+    def _stabilised_from_another_version(self) -> ShotSpec:
+        if self.source_version is not None:
+            if self.temporal != "stabilize":
+                raise ValueError("source_version is only for a stabilised version")
+            if self.source_version == self.version:
+                raise ValueError(
+                    f"a stabilised version goes beside its source, not over it: version "
+                    f"{self.version} is the source version"
+                )
+        return self
+
+    @property
+    def stabilised(self) -> bool:
+        """This job makes a stabilised version from an existing per-frame one."""
+        return self.source_version is not None
 
     @field_validator("passes", mode="before")
     @classmethod
@@ -230,6 +271,11 @@ class ShotSpec(BaseModel):
             relevant["nonfinite"] = self.nonfinite
         if self.exr_layout != "multipart":  # the same bytes otherwise: keys stay valid
             relevant["exr_layout"] = self.exr_layout
+        if self.stabilised:  # a stabilised version's bytes depend on how it was fused
+            relevant["temporal"] = {
+                "source_version": self.source_version,
+                "radius": self.temporal_radius,
+            }
         text = json.dumps(relevant, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

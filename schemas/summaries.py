@@ -42,6 +42,9 @@ class FrameSummary:
     # a failed frame: outputs this attempt had overwritten and then removed (their catalog
     # rows no longer describe what is on disk)
     discarded: list[str] = field(default_factory=list)
+    # a frame made from outputs (a stabilised version): the (URI, frame) of each output it
+    # was made from, every pass's among them; the catalog links its outputs to those rows
+    sources: list[tuple[str, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +54,7 @@ class FrameSummary:
         """The inverse of ``to_json`` (a frame record read back); KeyError/TypeError when a
         field is missing or of the wrong kind."""
         fields = dict(data)
+        fields["sources"] = [(str(uri), int(frame)) for uri, frame in fields.get("sources", [])]
         fields["outputs"] = [
             OutputRecord(**{**out, "shape": tuple(out["shape"])}) for out in fields["outputs"]
         ]

@@ -8,6 +8,7 @@ named `plate`); data and display windows, pixel aspect ratio and header attribut
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -16,6 +17,7 @@ import OpenEXR
 
 from storage.errors import FrameError
 from storage.frame import Box, Frame
+from storage.location import Location, as_location
 from storage.native_output import captured_native_output
 
 EXR_MAGIC = b"\x76\x2f\x31\x01"
@@ -211,3 +213,33 @@ def _writable_attributes(header: dict[str, Any]) -> dict[str, Any]:
         ):
             kept[key] = type(value)(value)
     return kept
+
+
+def read_exr_channels(where: Location | str, frame: int | None = None) -> ExrChannels:
+    """Every channel of every part of an EXR (ours: each layer's channels are named
+    ``<layer>.<channel>`` in either layout), as arrays in their stored type, and each part's
+    header. FrameError naming the file and frame when it cannot be read."""
+    location = as_location(where)
+    fs, path = location.fs_and_path()
+    try:
+        with fs.open(path, "rb") as handle:
+            exr = _open(handle, location.uri, frame)
+            channels = {
+                name: np.asarray(channel.pixels)
+                for part in exr.parts
+                for name, channel in part.channels.items()
+            }
+            headers = [dict(part.header) for part in exr.parts]
+    except OSError as exc:
+        raise FrameError(location.uri, frame, f"cannot read it: {exc}") from exc
+    return ExrChannels(channels, headers)
+
+
+@dataclass(frozen=True)
+class ExrChannels:
+    channels: dict[str, np.ndarray]
+    headers: list[dict[str, Any]]
+
+    def attribute(self, key: str) -> Any:
+        """The first part's header entry ``key`` found in any part (None if none has it)."""
+        return next((h[key] for h in self.headers if key in h), None)

@@ -162,23 +162,26 @@ def assemble_pose_json(
     """Flow side: stream the per-frame fragments (under `fragments`) into the shot JSON at
     `where`; absent ones are missing."""
     fragments = as_location(fragments)
-    fs, _ = fragments.fs_and_path()
+    loaded = ((int(frame), read_pose_fragment(fragments, int(frame))) for frame in frames)
+    return write_pose_json(where, loaded, header)
 
-    def load(frame: int) -> tuple[int, list[dict[str, Any]] | None]:
-        path = _fragment(fragments, frame).fs_and_path()[1]
-        try:
-            with fs.open(path, "rb") as handle:
-                payload = json.load(handle)
-        except FileNotFoundError:
-            return frame, None
-        except (OSError, ValueError) as exc:
-            raise StorageError(f"{path}: unreadable pose fragment: {exc}") from exc
-        try:
-            return frame, [_person_from_record(record) for record in payload["people"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StorageError(f"{path}: malformed pose fragment: {exc}") from exc
 
-    return write_pose_json(where, (load(int(frame)) for frame in frames), header)
+def read_pose_fragment(fragments: Where, frame: int) -> list[dict[str, Any]] | None:
+    """One frame's people from its fragment under ``fragments`` (box, keypoints, scores;
+    null as NaN), None when it has none; StorageError naming it when it is unreadable."""
+    where = _fragment(as_location(fragments), frame)
+    fs, path = where.fs_and_path()
+    try:
+        with fs.open(path, "rb") as handle:
+            payload = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"{where.uri}: unreadable pose fragment: {exc}") from exc
+    try:
+        return [_person_from_record(record) for record in payload["people"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"{where.uri}: malformed pose fragment: {exc}") from exc
 
 
 def read_pose_json(where: Where) -> dict[str, Any]:

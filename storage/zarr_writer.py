@@ -49,7 +49,7 @@ class ShotStoreWriter:
         return list(self._arrays)
 
     def array_uri(self, name: str) -> str:
-        return f"{self.uri.rstrip('/')}/{name}"
+        return array_uri(self.uri, name)
 
     def retract(self, frame_index: int) -> None:
         """Zero the frame's commit mark before any of its passes is rewritten."""
@@ -151,3 +151,8 @@ def people_block(people: Sequence[Any], max_people: int, count: int = KEYPOINTS)
 
 def _field(person: Any, name: str) -> Any:
     return person[name] if isinstance(person, Mapping) else getattr(person, name)
+
+
+def array_uri(store_uri: str, name: str) -> str:
+    """The URI of a pass's array in the shot's store (what the catalog records for it)."""
+    return f"{store_uri.rstrip('/')}/{name}"

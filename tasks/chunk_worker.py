@@ -61,6 +61,10 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
 
     ``predictor`` replaces the resident models of ``job.checkpoints`` (benchmarks' stand-ins).
     """
+    if job.source is not None:  # a stabilised version: no model runs
+        from tasks.stabilise_worker import stabilise_chunk
+
+        return stabilise_chunk(job)
     start = time.perf_counter()
     spec = ShotSpec.model_validate(job.spec)
     load_s = 0.0

@@ -36,6 +36,7 @@ from sapiens.predictor import Predictor
 from sapiens.seg_classes import BACKGROUND
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
+from storage.frame import Frame
 from storage.previews import MAX_SIDE, thumbnail_size
 from tasks.anamorphic import desqueeze
 from tasks.blending import FrameBlender
@@ -201,7 +202,11 @@ def _foreground(spec: pass_table.Pass, blended: Tensor) -> Tensor:
 
 
 def _preview_hw(read: ReadFrame) -> tuple[int, int]:
-    plate = read.plate
+    return preview_hw_of(read.plate)
+
+
+def preview_hw_of(plate: Frame) -> tuple[int, int]:
+    """The (h, w) of a frame's previews: square pixels, at most MAX_SIDE on the long side."""
     width, height = thumbnail_size(plate.width, plate.height, MAX_SIDE, plate.pixel_aspect)
     return height, width
 

@@ -77,6 +77,7 @@ class FrameWriter:
         *,
         store_index: dict[int, int],
         keypoints: int = KEYPOINTS,
+        colour_is_scene_linear: bool = False,
     ) -> None:
         self.spec = spec
         self.paths = paths
@@ -89,6 +90,9 @@ class FrameWriter:
         self.store_index = store_index  # frame number -> index in the shot's Zarr arrays
         self.zarr_lock = threading.Lock()  # writers to one shard must not overlap
         self.keypoints = keypoints  # the pose model's
+        # colour passes arrive scene-linear already (a stabilised version fuses them so),
+        # else in the model's encoding, converted here
+        self.colour_is_scene_linear = colour_is_scene_linear
         self.passes = [pass_table.BY_NAME[name] for name in spec.passes]
         self.layers = pass_table.exr_layers(spec.passes)
 
@@ -139,9 +143,7 @@ class FrameWriter:
         with writing(self.paths.zarr, number), self.zarr_lock:
             self.store.retract(index)  # from here on the store does not claim this frame
         colour = {  # OpenColorIO runs on the CPU only
-            p.name: self.colour.albedo_to_scene_linear(arrays[p.name], inplace=True).astype(
-                np.float16
-            )
+            p.name: self._scene_linear(arrays[p.name]).astype(np.float16)
             for p in self.passes
             if p.scene_linear and p.name in arrays
         }
@@ -210,6 +212,11 @@ class FrameWriter:
             with writing(record, number):
                 write_frame_record(self.paths.at(record), summary, self.context)
 
+    def _scene_linear(self, values: np.ndarray) -> np.ndarray:
+        if self.colour_is_scene_linear:
+            return values
+        return self.colour.albedo_to_scene_linear(values, inplace=True)
+
     def _recorded_shape(self, spec: pass_table.Pass, height: int, width: int) -> tuple[int, ...]:
         """A pass's shape as the catalog records it for its EXR: that of its Zarr array's
         frame (labels: its class probabilities)."""
@@ -229,7 +236,7 @@ class FrameWriter:
             small = arrays.get(PREVIEW_PREFIX + spec.name)
             if small is None or spec.preview is None or spec.preview == "keypoints":
                 continue
-            if spec.scene_linear:
+            if spec.scene_linear and not self.colour_is_scene_linear:
                 small = self.colour.albedo_to_scene_linear(small)
             images[spec.name] = pass_preview(spec.preview, small, palette=self.palette)
         posed = [p.name for p in self.passes if p.preview == "keypoints"]

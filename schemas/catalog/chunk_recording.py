@@ -18,6 +18,7 @@ from schemas.catalog.transactions import CatalogTransactions
 from schemas.catalog.upserts import (
     CHECKPOINTS,
     OUTPUT_CHECKPOINTS,
+    OUTPUT_SOURCES,
     OUTPUTS,
     PROVENANCE,
     dedupe,
@@ -275,3 +276,43 @@ def _upsert_outputs(
     )
     if links:
         conn.execute(OUTPUT_CHECKPOINTS.insert(), links)
+    _link_sources(conn, shot_id, chunk, ids)
+
+
+def _link_sources(
+    conn: Connection,
+    shot_id: int,
+    chunk: ChunkSummary,
+    ids: Mapping[tuple[Any, ...], int],
+) -> None:
+    """Link each output of a frame made from outputs (``FrameSummary.sources``) to the rows
+    of the same pass among them (rewritten, like the checkpoint links)."""
+    made = [f for f in chunk.frames if f.sources and f.outputs]
+    if not made:
+        return
+    o = OUTPUTS.c
+    wanted = {(normalise_uri(uri), frame) for f in made for uri, frame in f.sources}
+    found = conn.execute(
+        select(o.id, o.uri, o.frame, o.pass_name).where(
+            o.shot_id == shot_id,
+            o.frame.in_(sorted({frame for _uri, frame in wanted})),
+            o.uri.in_(sorted({uri for uri, _frame in wanted})),
+        )
+    ).all()
+    links = []
+    for f in made:
+        sources = {(normalise_uri(uri), frame) for uri, frame in f.sources}
+        for out in f.outputs:
+            key = (normalise_uri(out.uri), out.part or "", out.frame, out.pass_name)
+            output_id = ids.get(key)
+            links += [
+                {"output_id": output_id, "source_output_id": row.id}
+                for row in found
+                if output_id is not None
+                and row.pass_name == out.pass_name
+                and (row.uri, row.frame) in sources
+            ]
+    links = dedupe(links, ("output_id", "source_output_id"))
+    conn.execute(delete(OUTPUT_SOURCES).where(OUTPUT_SOURCES.c.output_id.in_(list(ids.values()))))
+    if links:
+        conn.execute(OUTPUT_SOURCES.insert(), links)

@@ -253,3 +253,18 @@ class OutputCheckpoint(Base):
     checkpoint_id: Mapped[int] = mapped_column(
         ForeignKey("checkpoints.id"), primary_key=True, index=True
     )
+
+
+class OutputSource(Base):
+    """The outputs an output was made from, when it was made from outputs rather than by a
+    model: a stabilised frame's pass from the per-frame version's outputs of that pass in
+    its window of frames (`tasks.stabilise_worker`)."""
+
+    __tablename__ = "output_sources"
+
+    output_id: Mapped[int] = mapped_column(
+        ForeignKey("outputs.id", ondelete="CASCADE"), primary_key=True
+    )
+    source_output_id: Mapped[int] = mapped_column(
+        ForeignKey("outputs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )

@@ -23,6 +23,7 @@ PLATES, PLATE_FRAMES = _table(m.Plate), _table(m.PlateFrame)
 CHECKPOINTS, PROVENANCE = _table(m.Checkpoint), _table(m.Provenance)
 JOBS, JOB_FRAMES = _table(m.Job), _table(m.JobFrame)
 OUTPUTS, OUTPUT_CHECKPOINTS = _table(m.Output), _table(m.OutputCheckpoint)
+OUTPUT_SOURCES = _table(m.OutputSource)
 
 
 def insert_for(conn: Connection, table: Table) -> sqlite.Insert | postgresql.Insert:

@@ -31,7 +31,8 @@ def output_provenance(bind: Bind, path: str, frame: int | None = None) -> Item |
     ``path`` may be relative, absolute or ``file://``; it is normalised as the writer
     normalised it. ``frame`` narrows a Zarr array (one URI for all frames) to one frame.
     Keys: ``uri``, ``outputs`` (one per pass/part/frame, each with the sha256s of the
-    checkpoints it depends on and its provenance digest), ``checkpoints``, ``provenance``,
+    checkpoints it depends on, its provenance digest and ``made_from``, the outputs a
+    stabilised output was fused from), ``checkpoints``, ``provenance``,
     ``jobs`` and ``plate_frames`` (lists: usually one entry each).
     """
     uri = normalise_uri(path)
@@ -54,6 +55,20 @@ def output_provenance(bind: Bind, path: str, frame: int | None = None) -> Item |
             select(m.Provenance.id, m.Provenance.digest, m.Provenance.data)
             .where(m.Provenance.id.in_({r.provenance_id for r in rows}))
             .order_by(m.Provenance.id)
+        ).all()
+        made_from = conn.execute(
+            select(
+                m.OutputSource.output_id,
+                m.Output.id,
+                m.Output.uri,
+                m.Output.frame,
+                m.Output.pass_name,
+                m.Output.kind,
+                m.Output.sha256,
+            )
+            .join(m.Output, m.Output.id == m.OutputSource.source_output_id)
+            .where(m.OutputSource.output_id.in_(output_ids))
+            .order_by(m.Output.frame, m.Output.kind, m.Output.uri)
         ).all()
         job_rows = conn.execute(jobs_select().where(m.Job.id.in_({r.job_id for r in rows}))).all()
         wanted = {(j.plate_id, r.frame) for j in job_rows for r in rows if r.job_id == j.id}
@@ -80,11 +95,24 @@ def output_provenance(bind: Bind, path: str, frame: int | None = None) -> Item |
         output_id = ckpt.pop("output_id")
         checkpoints[ckpt["sha256"]] = ckpt
         by_output.setdefault(output_id, []).append(ckpt["sha256"])
+    sources: dict[int, list[Item]] = {}
+    for src in made_from:
+        sources.setdefault(src.output_id, []).append(
+            {
+                "id": src.id,
+                "uri": src.uri,
+                "frame": src.frame,
+                "pass_name": src.pass_name,
+                "kind": src.kind,
+                "sha256": src.sha256,
+            }
+        )
     digests = {p.id: p.digest for p in provenance}
     outputs = []
     for r in rows:
         out = output_dict(r)
         out["checkpoints"] = by_output.get(r.id, [])
+        out["made_from"] = sources.get(r.id, [])  # outputs it was fused from (stabilised)
         out["provenance_digest"] = digests[r.provenance_id]
         outputs.append(out)
     return {

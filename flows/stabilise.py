@@ -1,0 +1,146 @@
+"""A stabilised version's spec, from the per-frame version it is made of.
+
+`svfx stabilize SHOT --version v001` (and `--temporal stabilize` on submit, once the
+per-frame run is over) asks here for the spec of the new version: the source version's own
+spec (so the same plate, frames, checkpoints and layout), with ``temporal`` "stabilize",
+``source_version`` and the version it is written to. That version is the one a stabilisation
+of the same source with the same settings already has (so a run killed half way resumes into
+it), else the next version number free for the shot (in the catalog and on disk): never the
+source's, never over another.
+
+Refused by name, before anything runs: a source version the catalog does not know, one that
+is not complete (running, partial, failed: stabilised frames would fuse holes), one of under
+three frames (nothing to stabilise: the per-frame version stands), and a pass asked for that
+the source was made without.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.catalog import queries
+from schemas.catalog.writer import Catalog
+from schemas.settings import Settings
+from schemas.spec import ShotSpec, SpecError, parse_spec
+from storage.uri import is_remote
+from tasks.output_paths import ShotOutputPaths
+
+MIN_FRAMES = 3  # a frame and a neighbour on each side
+
+
+class NothingToStabilise(SpecError):
+    """The source version has too few frames; it stands as it is."""
+
+    exit_code = 0
+
+
+def stabilised_spec(
+    catalog: Catalog,
+    settings: Settings,
+    shot_path: str,
+    source_version: str,
+    *,
+    element: str | None = None,
+    passes: Sequence[str] | None = None,
+    radius: int | None = None,
+) -> ShotSpec:
+    """The spec of the stabilised version of ``shot_path``'s ``source_version`` (see the
+    module); SpecError naming the shot and version when it cannot be made."""
+    show, sequence, shot = _split(shot_path)
+    jobs = _jobs(catalog, show, sequence, shot, element)
+    source = _source_job(jobs, shot_path, source_version)
+    spec = parse_spec(source["spec"])
+    asked = tuple(passes) if passes else spec.passes
+    missing = [name for name in asked if name not in spec.passes]
+    if missing:
+        raise SpecError(
+            f"{shot_path} {source_version} was made without {', '.join(missing)}: stabilising "
+            f"{'it' if len(missing) == 1 else 'them'} needs the per-frame passes (submit "
+            f"{source_version} again with them first)"
+        )
+    settings_of = {"passes": list(asked), "temporal_radius": radius or spec.temporal_radius}
+    wanted = {
+        **spec.model_dump(mode="json"),
+        **settings_of,
+        "temporal": "stabilize",
+        "source_version": source_version,
+    }
+    version = _version_for(jobs, wanted, settings, spec)
+    return parse_spec({**wanted, "version": version})
+
+
+def _split(shot_path: str) -> tuple[str, str, str]:
+    parts = shot_path.strip("/").split("/")
+    if len(parts) != 3:
+        raise SpecError(f"a shot is SHOW/SEQ/SHOT, got {shot_path!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def _jobs(
+    catalog: Catalog, show: str, sequence: str, shot: str, element: str | None
+) -> list[dict[str, Any]]:
+    """The shot's jobs (of this plate element), newest first."""
+    rows, _total = queries.jobs_page(
+        catalog.engine, show=show, sequence=sequence, shot=shot, limit=10_000
+    )
+    return [r for r in rows if (r.get("spec") or {}).get("element") == element]
+
+
+def _source_job(jobs: list[dict[str, Any]], shot_path: str, version: str) -> dict[str, Any]:
+    made = [
+        j
+        for j in jobs
+        if j["spec"].get("version") == version and not j["spec"].get("source_version")
+    ]
+    if not made:
+        known = sorted({j["spec"].get("version") for j in jobs if j.get("spec")})
+        listed = f" (it has {', '.join(known)})" if known else " (it has no jobs)"
+        raise SpecError(f"{shot_path} has no per-frame version {version} in the catalog{listed}")
+    newest = made[0]
+    if newest["status"] != "complete":
+        raise SpecError(
+            f"{shot_path} {version} is {newest['status']} (job {newest['id']}: "
+            f"{newest['frames_done'] + newest['frames_skipped']} of {newest['frames_total']} "
+            "frames): stabilising needs every frame; submit it again to finish it first"
+        )
+    frames = newest["frames_total"]
+    if frames < MIN_FRAMES:
+        raise NothingToStabilise(
+            f"{shot_path} {version} has {frames} frame{'s' if frames != 1 else ''}: nothing to "
+            f"stabilise (it takes {MIN_FRAMES} or more); the per-frame version stands"
+        )
+    return newest
+
+
+def _version_for(
+    jobs: list[dict[str, Any]], wanted: dict[str, Any], settings: Settings, spec: ShotSpec
+) -> str:
+    """The version a stabilisation with these settings already writes, else the next free."""
+    same = ("source_version", "temporal_radius", "passes")
+    for job in jobs:
+        made = job["spec"]
+        if made.get("source_version") and all(made.get(k) == wanted[k] for k in same):
+            return str(made["version"])
+    taken = {int(j["spec"]["version"][1:]) for j in jobs if j["spec"].get("version")}
+    taken |= _versions_on_disk(settings, spec)
+    number = max(taken | {int(spec.version[1:])}) + 1
+    return f"v{number:0{max(3, len(spec.version) - 1)}d}"
+
+
+def _versions_on_disk(settings: Settings, spec: ShotSpec) -> set[int]:
+    """Version numbers of the shot's output folders (of the spec's family) on local disk: a
+    folder the catalog lost track of is never written over."""
+    root = spec.output_root or settings.outputs
+    probe = ShotOutputPaths.for_shot(
+        root, spec.show, spec.sequence, spec.shot, "v000", element=spec.element,
+        family=spec.output_family,
+    )  # fmt: skip
+    folder, _, name = probe.root.rpartition("/")
+    if is_remote(folder) or not os.path.isdir(folder):
+        return set()
+    prefix = name.removesuffix("v000")
+    pattern = re.compile(re.escape(prefix) + r"v(\d{3,4})$")
+    return {int(m.group(1)) for entry in os.listdir(folder) if (m := pattern.match(entry))}

@@ -1,0 +1,361 @@
+"""A chunk of a stabilised version: a per-frame version's passes fused over time along the
+plate's motion, written as a new version's frames.
+
+Runs inside a Dask worker, like `tasks.chunk_worker` (which hands it the chunks of a
+stabilised job): no model runs. Frames stream through in order, from ``radius`` frames
+before the chunk to ``radius`` after it (`ChunkJob.margin`: read for context, not written),
+each one: its plate read and checked against the checksum the source version recorded for it
+(a plate changed since is refused by name), its passes read back from the source version
+(`tasks.version_reading`), pushed into the stabiliser (`tasks.temporal_fusion`: flow on the
+host, warps and fusion on the device) and the keypoint smoother. A frame whose window is
+complete comes out fused and is finished like a model's output (`tasks.frame_passes`: the
+labels, Cryptomatte and `parts` mattes from the fused class probabilities) and written by the
+same writer (`tasks.frame_writing`). Memory holds the window, never the chunk.
+
+A frame that cannot be read (plate or source) fails alone and breaks the chain there, as a
+hole does: nothing is fused across it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from schemas import passes as pass_table
+from schemas.spec import ShotSpec
+from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
+from storage.errors import FrameError
+from storage.pose_json import fragment_uri
+from storage.zarr_store import KEYPOINTS
+from storage.zarr_writer import ShotStoreWriter, array_uri
+from tasks.checkpoints import seg_class_names
+from tasks.chunk_job import ChunkJob
+from tasks.colour import ColourConversion
+from tasks.frame_inference import InferredFrame, preview_hw_of
+from tasks.frame_passes import NONFINITE_PREFIX, PREVIEW_PREFIX, finish_pass, preview_sized
+from tasks.frame_reading import FrameReader, ReadFrame, failed
+from tasks.frame_writing import FrameWriter
+from tasks.model_cache import pick_device
+from tasks.temporal_fusion import FusionSettings, StabilisedFrame, TemporalStabiliser
+from tasks.version_reading import VersionFrame, read_version_frame
+
+log = logging.getLogger("svfx.worker")
+
+# How each pass is fused: its values kind, except the `parts` mattes when seg is fused too
+# (then made from the fused class probabilities, like the model's).
+_FUSED_AS = {"class_groups": "alpha"}
+_NOT_FUSED = ("keypoints", "motion")
+
+
+def fused_kinds(passes: Sequence[str]) -> dict[str, str]:
+    """Pass -> the kind the stabiliser fuses it as, for the dense passes of ``passes``."""
+    labelled = pass_table.first_of_kind(passes, "labels")
+    kinds = {}
+    for name in passes:
+        spec = pass_table.BY_NAME[name]
+        if spec.values in _NOT_FUSED or (spec.values == "class_groups" and labelled):
+            continue
+        kinds[name] = _FUSED_AS.get(spec.values, spec.values)
+    return kinds
+
+
+def stabilise_chunk(job: ChunkJob) -> ChunkSummary:
+    """Stabilise the chunk's frames; never raises for a bad frame (it is recorded)."""
+    assert job.source is not None, "a stabilise chunk names its source version"
+    start = time.perf_counter()
+    spec = ShotSpec.model_validate(job.spec)
+    device = pick_device()
+    colour = ColourConversion(job.plate_colorspace)
+    context = ChunkContext(
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        environment=_environment(device),
+        checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
+        colour={
+            **colour.to_model_info.as_dict(),
+            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
+        },
+        tiling={"temporal_radius": spec.temporal_radius, "device": str(device)},
+    )
+    runner = _Stabilising(job, spec, device, colour, context)
+    try:
+        summary = context.summary(runner.run(), job.index)
+    finally:
+        runner.store.close()
+    summary.wall_s = time.perf_counter() - start
+    summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return summary
+
+
+@dataclass
+class _Ready:
+    """Arrays already on the host: what `FrameWriter` waits on (`HostTransfer`'s face)."""
+
+    arrays: dict[str, np.ndarray]
+
+    def wait(self) -> dict[str, np.ndarray]:
+        return self.arrays
+
+
+class _Stabilising:
+    def __init__(
+        self,
+        job: ChunkJob,
+        spec: ShotSpec,
+        device: torch.device,
+        colour: ColourConversion,
+        context: ChunkContext,
+    ) -> None:
+        assert job.source is not None
+        self.job, self.spec, self.device = job, spec, device
+        self.source = job.source
+        self.classes = seg_class_names(job.checkpoints)
+        self.kinds = fused_kinds(spec.passes)
+        self.store = ShotStoreWriter(job.paths.at(job.paths.zarr))
+        shas = [ref.sha256 for ref in job.checkpoints.values()]
+        self.reader = FrameReader(spec, colour, job.frame_hw, shas, plate=job.plate)
+        self.posed = pass_table.first_of_kind(spec.passes, "keypoints")
+        keypoints = job.keypoints or KEYPOINTS
+        self.writer = FrameWriter(
+            spec,
+            job.paths,
+            self.store,
+            colour,
+            context,
+            {
+                **job.provenance,
+                "svfx/temporal": f"stabilised from {spec.source_version}: each frame's passes "
+                f"fused with {spec.temporal_radius} frames on each side, warped along the "
+                "plate's optical flow (DIS), weighted by flow confidence",
+                "svfx/sourceVersion": str(spec.source_version),
+            },
+            self.classes,
+            store_index=dict(zip(job.frames, job.store_indices, strict=True)),
+            keypoints=keypoints,
+            colour_is_scene_linear=True,
+        )
+        self.stabiliser = TemporalStabiliser(
+            self.kinds, job.frame_hw, device, FusionSettings(radius=spec.temporal_radius)
+        )
+        self.smoother = None
+        if self.posed:
+            from tasks.keypoint_smoothing import KeypointSmoother
+
+            self.smoother = KeypointSmoother(radius=spec.temporal_radius)
+        self.keypoint_count = keypoints
+
+    def run(self) -> list[FrameSummary]:
+        wanted = set(self.job.frames)
+        uris = dict(zip(self.job.frames, self.job.plate_uris, strict=True))
+        uris.update(dict(self.job.margin))
+        done: list[FrameSummary] = []
+        reads: dict[int, ReadFrame] = {}
+        fused: dict[int, StabilisedFrame] = {}
+        smoothed: dict[int, list[dict[str, Any]]] = {}
+        sources: dict[int, VersionFrame] = {}
+        self.pushed: set[int] = set()
+        for number in sorted(uris):
+            summary = FrameSummary(
+                frame=number,
+                plate_uri=uris[number],
+                status="done",
+                plate_fingerprint=self.job.fingerprints.get(number),
+            )
+            try:
+                read, source = self._read(number, uris[number], summary)
+            except Exception as exc:
+                if number in wanted:
+                    done.append(failed(summary, exc, uris[number]))
+                else:
+                    log.warning("frame %d (context only) unreadable: %s", number, exc)
+                continue
+            if number in wanted:
+                reads[number] = read
+                sources[number] = source
+            self.pushed.add(number)
+            for out in self.stabiliser.push(number, read.rgb, source.passes):
+                fused[out.frame] = out
+            if self.smoother is not None:
+                for frame, people in self.smoother.push(number, _people_array(source.people)):
+                    smoothed[frame] = _people_records(sources.get(frame), people)
+            self._write_ready(reads, sources, fused, smoothed, done)
+        for out in self.stabiliser.flush():
+            fused[out.frame] = out
+        if self.smoother is not None:
+            for frame, people in self.smoother.flush():
+                smoothed[frame] = _people_records(sources.get(frame), people)
+        self._write_ready(reads, sources, fused, smoothed, done, final=True)
+        return sorted(done, key=lambda s: s.frame)
+
+    def _read(self, number: int, uri: str, summary: FrameSummary) -> tuple[ReadFrame, Any]:
+        read = self.reader.read(number, uri, summary)
+        source = read_version_frame(
+            self.source, number, self.spec.passes, self.classes, self.device
+        )
+        made_from = source.record.plate_sha256
+        if made_from and made_from != summary.plate_sha256:
+            raise FrameError(
+                uri,
+                number,
+                f"the plate changed since {self.spec.source_version} was made (its checksum "
+                "differs from the one the source frame recorded); submit that version again "
+                "first",
+            )
+        return read, source
+
+    def _write_ready(
+        self,
+        reads: dict[int, ReadFrame],
+        sources: dict[int, Any],
+        fused: dict[int, StabilisedFrame],
+        smoothed: dict[int, list[dict[str, Any]]],
+        done: list[FrameSummary],
+        final: bool = False,
+    ) -> None:
+        for number in sorted(fused):
+            if number not in reads:  # a context frame: fused for its neighbours only
+                del fused[number]
+                continue
+            if self.smoother is not None and number not in smoothed and not final:
+                continue
+            out = fused.pop(number)
+            read = reads.pop(number)
+            source = sources.pop(number)
+            people = smoothed.pop(number, source.people)
+            read.summary.sources = self._made_from(number)
+            try:
+                arrays = self._finish(read, out)
+            except Exception as exc:
+                done.append(failed(read.summary, exc, read.uri))
+                continue
+            done.append(self.writer.write(InferredFrame(read, _Ready(arrays), people)))  # type: ignore[arg-type]
+
+    def _made_from(self, number: int) -> list[tuple[str, int]]:
+        """The source outputs a frame was made from: each pass's EXR, Zarr region and pose
+        fragment of the frames of its window that were read (`FrameSummary.sources`)."""
+        radius = self.spec.temporal_radius
+        window = sorted(f for f in self.pushed if abs(f - number) <= radius)
+        made: list[tuple[str, int]] = []
+        arrays = [a.name for a in pass_table.zarr_arrays(self.spec.passes)]
+        for frame in window:
+            made.append((self.source.exr(frame), frame))
+            made += [(array_uri(self.source.zarr, name), frame) for name in arrays]
+            if self.posed:
+                made.append((fragment_uri(self.source.pose_fragments, frame), frame))
+        return made
+
+    @torch.inference_mode()
+    def _finish(self, read: ReadFrame, out: StabilisedFrame) -> dict[str, np.ndarray]:
+        """The fused passes as the arrays the writer stores (`tasks.frame_passes`)."""
+        t0 = time.perf_counter()
+        preview_hw = preview_hw_of(read.plate) if self.spec.previews else None
+        width = read.plate.width
+        arrays: dict[str, Tensor] = {}
+        labelled = pass_table.first_of_kind(self.spec.passes, "labels")
+        for name in self.spec.passes:
+            spec = pass_table.BY_NAME[name]
+            if spec.values in _NOT_FUSED:
+                continue
+            if spec.values == "class_groups" and labelled:
+                values = out.passes[labelled]  # the fused class probabilities
+            else:
+                values = out.passes[name]
+            if spec.values in ("relative_depth", "class_groups") and name in out.passes:
+                arrays.update(_as_stored(spec, values, preview_hw))
+                continue
+            arrays.update(
+                finish_pass(
+                    spec,
+                    values,
+                    plate_width=width,
+                    preview_hw=preview_hw,
+                    class_names=self.classes,
+                )
+            )
+        if self.posed and preview_hw is not None:
+            rgb = torch.from_numpy(read.rgb).to(self.device).permute(2, 0, 1)
+            arrays[PREVIEW_PREFIX + "plate"] = preview_sized(rgb, preview_hw)
+        host = {k: v.cpu().numpy() for k, v in arrays.items()}
+        read.summary.timings["stabilise"] = time.perf_counter() - t0
+        return host
+
+
+def _as_stored(
+    spec: pass_table.Pass, values: Tensor, preview_hw: tuple[int, int] | None
+) -> dict[str, Tensor]:
+    """A pass fused in its stored form, kept so: relative depth (already normalised over the
+    person, -1 elsewhere) and `parts` mattes fused as values (no seg in the version)."""
+    low, high = torch.aminmax(values)
+    out = {NONFINITE_PREFIX + spec.name: ~(torch.isfinite(low) & torch.isfinite(high))}
+    if spec.values == "relative_depth":
+        out[spec.name] = values[0].float()
+    else:
+        out[spec.name] = values.clamp(0.0, 1.0).to(torch.float16)
+    if preview_hw is not None:
+        out[PREVIEW_PREFIX + spec.name] = preview_sized(values, preview_hw)
+    return out
+
+
+def _people_array(people: Sequence[dict[str, Any]]) -> np.ndarray:
+    """(P, K, 3): x, y, score per person and keypoint."""
+    if not people:
+        return np.zeros((0, 0, 3), dtype=np.float32)
+    rows = []
+    for person in people:
+        xy = np.asarray(person["keypoints"], np.float32)
+        scores = np.asarray(person["scores"], np.float32)[:, None]
+        rows.append(np.concatenate([xy, scores], axis=1))
+    return np.stack(rows)
+
+
+def _people_records(source: Any, smoothed: np.ndarray) -> list[dict[str, Any]]:
+    """The smoothed keypoints back as the pose records the writer takes; each person keeps
+    the box of the source frame's person nearest to it (the smoother may order people
+    differently), or the box around its keypoints when the source frame has none."""
+    found = list(source.people) if source is not None else []
+    people = []
+    for person in smoothed:
+        if not np.isfinite(person[:, :2]).any():
+            continue
+        box = _nearest_box(person, found) if found else _box_of(person)
+        people.append({"box": box, "keypoints": person[:, :2], "scores": person[:, 2]})
+    return people
+
+
+def _nearest_box(person: np.ndarray, found: Sequence[dict[str, Any]]) -> np.ndarray:
+    def distance(other: dict[str, Any]) -> float:
+        gap = np.linalg.norm(np.asarray(other["keypoints"], np.float32) - person[:, :2], axis=1)
+        return float(np.nanmean(gap)) if np.isfinite(gap).any() else float("inf")
+
+    return np.asarray(min(found, key=distance)["box"], dtype=np.float32)
+
+
+def _box_of(person: np.ndarray) -> np.ndarray:
+    points = person[np.isfinite(person[:, 0]), :2]
+    return np.array([*points.min(0), *points.max(0)], dtype=np.float32)
+
+
+def _environment(device: torch.device) -> dict[str, Any]:
+    import platform
+
+    from tasks.provenance import platform_version
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    return {
+        "platform_version": platform_version(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(device),
+        "device_name": name or platform.machine(),
+        "precision": "float32",
+    }
