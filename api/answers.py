@@ -104,29 +104,42 @@ def shot_detail(
 
 
 def qc_report(engine: Engine, shot: ShotKey, threshold: float) -> dict[str, Any]:
-    """The shot's flicker scores per pass, each marked flagged or not, and the flagged list."""
-    passes: dict[str, list[dict[str, Any]]] = {}
-    flagged = []
+    """The shot's flicker scores per pass, each marked flagged or not, and the flagged list:
+    ``passes`` holds the newest version's scores of each pass, ``versions`` every scored
+    version's (pass -> version -> scores; a version is its output folder's name, e.g.
+    ``sapiens2_v002``), so a stabilised version is seen beside the one it came from."""
+    versions: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    newest: dict[str, tuple[int, str]] = {}
     for row in queries.flicker_scores(engine, *shot):
-        above = row["flicker"] > threshold
-        passes.setdefault(row["pass_name"], []).append(
+        name, version = row["pass_name"], version_name(row["output_root"])
+        versions.setdefault(name, {}).setdefault(version, []).append(
             {
                 "frame": row["frame"],
                 "flicker": row["flicker"],
-                "flagged": above,
+                "flagged": row["flicker"] > threshold,
                 "preview_id": row["preview_id"],
                 "preview_uri": row["preview_uri"],
             }
         )
-        if above:
-            flagged.append(
-                {"pass_name": row["pass_name"], "frame": row["frame"], "flicker": row["flicker"]}
-            )
+        newest[name] = max(newest.get(name, (-1, "")), (row["job_id"], version))
+    passes = {name: versions[name][version] for name, (_job, version) in newest.items()}
+    flagged = [
+        {"pass_name": name, "frame": s["frame"], "flicker": s["flicker"]}
+        for name, scores in passes.items()
+        for s in scores
+        if s["flagged"]
+    ]
     return {
         "show": shot.show,
         "sequence": shot.sequence,
         "shot": shot.shot,
         "threshold": threshold,
         "passes": passes,
+        "versions": versions,
         "flagged": flagged,
     }
+
+
+def version_name(output_root: str | None) -> str:
+    """A version as people name it: its output folder's name (``sapiens2_v002``)."""
+    return (output_root or "").rstrip("/").rsplit("/", 1)[-1] or "unknown"

@@ -88,7 +88,7 @@ def shot_page(request: Request, ctx: Ctx, shot: KnownShot) -> HTMLResponse:
         uri = contact_sheet_uri(detail["jobs"], ctx.settings, *shot, name)
         sheets[name] = uri is not None and image_exists(ctx.settings, uri)
     qc = answers.qc_report(engine, shot, threshold)
-    for scores in qc["passes"].values():
+    for scores in [s for versions in qc["versions"].values() for s in versions.values()]:
         for score in scores:  # only flagged frames link, and only where /files would serve
             uri = score["preview_uri"] if score["flagged"] else None
             if uri is None or not servable(ctx.settings, uri):
@@ -100,7 +100,10 @@ def shot_page(request: Request, ctx: Ctx, shot: KnownShot) -> HTMLResponse:
         "sheets": sheets,
         "provenance": [_provenance_view(p) for p in detail["provenance"]],
         "qc": qc,
-        "charts": {name: flicker_chart(name, sc, threshold) for name, sc in qc["passes"].items()},
+        "charts": {
+            name: flicker_chart(name, versions, threshold)
+            for name, versions in qc["versions"].items()
+        },
     }
     return templates.TemplateResponse(request, "shot.html", context, headers=HEADERS)
 

@@ -14,13 +14,22 @@ WIDTH, HEIGHT = 720, 150
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 24  # margins for the axis labels
 
 
-def flicker_chart(name: str, scores: Sequence[Mapping[str, Any]], threshold: float) -> Markup:
-    """SVG of ``scores`` (frame, flicker, flagged, preview_id; ordered by frame)."""
-    if not scores:
+# one colour per version, oldest first: the per-frame version blue, a stabilised one green
+_COLOURS = ("#4a7fb5", "#2e8b57", "#b5834a", "#7a4ab5")
+
+
+def flicker_chart(
+    name: str, versions: Mapping[str, Sequence[Mapping[str, Any]]], threshold: float
+) -> Markup:
+    """SVG of each version's ``scores`` (frame, flicker, flagged, preview_id; ordered by
+    frame), one line per version (in the order given, with a legend when there are two or
+    more): a stabilised version is read against the one it came from."""
+    drawn = {version: scores for version, scores in versions.items() if scores}
+    if not drawn:
         return Markup("")
-    frames = [int(s["frame"]) for s in scores]
-    values = [float(s["flicker"]) for s in scores]
-    first, last = frames[0], frames[-1]
+    frames = [int(s["frame"]) for scores in drawn.values() for s in scores]
+    values = [float(s["flicker"]) for scores in drawn.values() for s in scores]
+    first, last = min(frames), max(frames)
     top = max(max(values), threshold) * 1.1
     span = max(last - first, 1)
 
@@ -30,23 +39,37 @@ def flicker_chart(name: str, scores: Sequence[Mapping[str, Any]], threshold: flo
     def y(value: float) -> float:
         return HEIGHT - BOTTOM - value * (HEIGHT - TOP - BOTTOM) / top
 
-    points = " ".join(f"{x(f):.1f},{y(v):.1f}" for f, v in zip(frames, values, strict=True))
     title = f"{name}: flicker score per frame (threshold {threshold:g})"
     parts = [
         f'<svg class="chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
         _axes(first, last, top, threshold, x, y),
-        f'<polyline class="score" fill="none" stroke="#4a7fb5" stroke-width="1.5" '
-        f'points="{points}"/>',
+    ]
+    for index, (version, scores) in enumerate(drawn.items()):
+        colour = _COLOURS[index % len(_COLOURS)]
+        parts += _line(version, scores, colour, x, y)
+        if len(drawn) > 1:
+            parts.append(_text(WIDTH - RIGHT, TOP + 10 + 12 * index, version, "end", colour))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _line(
+    version: str, scores: Sequence[Mapping[str, Any]], colour: str, x: Any, y: Any
+) -> list[str]:
+    points = " ".join(f"{x(int(s['frame'])):.1f},{y(float(s['flicker'])):.1f}" for s in scores)
+    parts = [
+        f'<polyline class="score" data-version="{escape(version)}" fill="none" '
+        f'stroke="{colour}" stroke-width="1.5" points="{points}"/>'
     ]
     for score in scores:
         frame, value = int(score["frame"]), float(score["flicker"])
-        label = escape(f"frame {frame}: {value:g}")
+        label = escape(f"{version} frame {frame}: {value:g}")
         if not score["flagged"]:
             parts.append(
                 f'<circle class="frame" cx="{x(frame):.1f}" cy="{y(value):.1f}" r="2" '
-                f'fill="#4a7fb5"><title>{label}</title></circle>'
+                f'fill="{colour}"><title>{label}</title></circle>'
             )
             continue
         dot = (
@@ -56,8 +79,7 @@ def flicker_chart(name: str, scores: Sequence[Mapping[str, Any]], threshold: flo
         if score.get("preview_id") is not None:
             dot = f'<a href="/files/outputs/{int(score["preview_id"])}">{dot}</a>'
         parts.append(dot)
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return parts
 
 
 def _axes(first: int, last: int, top: float, threshold: float, x: Any, y: Any) -> str:
@@ -78,8 +100,8 @@ def _axes(first: int, last: int, top: float, threshold: float, x: Any, y: Any) -
     )
 
 
-def _text(x: float, y: float, text: str, anchor: str) -> str:
+def _text(x: float, y: float, text: str, anchor: str, colour: str = "#555") -> str:
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" font-size="10" fill="#555" '
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="10" fill="{colour}" '
         f'text-anchor="{anchor}">{escape(text)}</text>'
     )

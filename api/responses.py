@@ -85,7 +85,11 @@ class QcReport(BaseModel):
     sequence: str
     shot: str
     threshold: float = Field(description="frames scoring above this are flagged")
-    passes: dict[str, list[FlickerScore]]
+    passes: dict[str, list[FlickerScore]] = Field(description="the newest version's scores")
+    versions: dict[str, dict[str, list[FlickerScore]]] = Field(
+        description="pass -> version (its output folder's name, e.g. sapiens2_v002) -> scores: "
+        "a stabilised version beside the per-frame one it was made from"
+    )
     flagged: list[FlaggedFrame]
 
 

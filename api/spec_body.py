@@ -84,6 +84,11 @@ class SpecBody(ShotSpec):
     output_root: Text | None = Field(
         None, description="under the allowed roots; None: the server's output root"
     )
+    source_version: None = Field(  # type: ignore[assignment]
+        None,
+        description="null: a stabilised version is made from a finished per-frame one by "
+        "`svfx stabilize` (or asked for with temporal=stabilize)",
+    )
     version: Annotated[str, Field(pattern=VERSION_PATTERN)] = Field(
         SPEC["version"].default, description=_about("version")
     )

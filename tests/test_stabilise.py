@@ -54,7 +54,7 @@ def _channels(path: str) -> dict[str, np.ndarray]:
 
 
 def test_the_stabilised_version_lies_beside_the_per_frame_one(shot):
-    _home, _settings, _catalog, spec, plan, per_frame, stable = shot
+    _home, _settings, _catalog, _spec, plan, per_frame, stable = shot
     assert stable.status == "complete", stable.failed
     assert sorted(stable.done) == FRAMES
     assert plan.spec.version == "v002" and plan.spec.source_version == "v001"
@@ -67,7 +67,7 @@ def test_the_stabilised_version_lies_beside_the_per_frame_one(shot):
         normals = np.stack([after[f"N.{c}"] for c in "xyz"]).astype(np.float32)
         assert np.isfinite(normals).all()
         assert np.allclose(np.linalg.norm(normals, axis=0), 1.0, atol=2e-3)
-        assert 0.0 <= after["matte.A"].min() and after["matte.A"].max() <= 1.0
+        assert after["matte.A"].min() >= 0.0 and after["matte.A"].max() <= 1.0
         assert not np.array_equal(before["N.x"], after["N.x"])  # fused, not copied
 
 
@@ -85,7 +85,7 @@ def test_labels_and_cryptomatte_come_from_one_fused_thing(shot):
 
 
 def test_every_stabilised_output_is_linked_to_what_it_was_fused_from(shot):
-    _home, settings, catalog, _spec, plan, per_frame, _stable = shot
+    _home, _settings, catalog, _spec, plan, _per_frame, _stable = shot
     found = queries.output_provenance(catalog.engine, plan.paths.exr(1003))
     assert found is not None
     normal = next(o for o in found["outputs"] if o["pass_name"] == "normal")
@@ -102,7 +102,7 @@ def test_every_stabilised_output_is_linked_to_what_it_was_fused_from(shot):
 
 
 def test_a_second_run_finds_the_same_version_done(shot):
-    _home, settings, catalog, spec, plan, _per_frame, _stable = shot
+    _home, settings, catalog, spec, _plan, _per_frame, _stable = shot
     again = stabilised_spec(catalog, settings, spec.shot_path, "v001")
     assert again.version == "v002"  # the same stabilisation: the same version, not v003
     wider = stabilised_spec(catalog, settings, spec.shot_path, "v001", radius=3)
@@ -154,7 +154,7 @@ def test_an_incomplete_or_short_version_is_not_stabilised(tmp_path, client, monk
 
 
 def test_a_plate_changed_since_the_source_was_made_is_refused_by_frame(shot, client):
-    home, settings, catalog, spec, _plan, _per_frame, _stable = shot
+    _home, settings, catalog, spec, _plan, _per_frame, _stable = shot
     plate = Path(spec.plate.replace("####", "1006"))
     original = plate.read_bytes()
     try:
@@ -169,3 +169,24 @@ def test_a_plate_changed_since_the_source_was_made_is_refused_by_frame(shot, cli
         assert "the plate changed since v001 was made" in result.failed[1006]
     finally:
         plate.write_bytes(original)
+
+
+def test_temporal_qc_scores_both_versions_and_the_shot_page_draws_both(shot):
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    _home, settings, catalog, spec, _plan, _per_frame, _stable = shot
+    page = TestClient(create_app(settings, engine=catalog.engine)).get(f"/shots/{spec.shot_path}")
+    assert page.status_code == 200
+    charts = dict(re.findall(r'<section class="qc" id="qc-(\w+)">(.*?)</section>', page.text, re.S))
+    assert set(charts) == {"normal", "matte", "seg", "parts"}
+    for chart in charts.values():
+        lines = re.findall(r'<polyline class="score" data-version="([\w.]+)"', chart)
+        assert lines[:2] == ["sapiens2_v001", "sapiens2_v002"]  # (v003: the test above)
+    qc = TestClient(create_app(settings, engine=catalog.engine)).get(
+        f"/api/shots/{spec.shot_path}/qc"
+    )
+    versions = qc.json()["versions"]["normal"]
+    assert {"sapiens2_v001", "sapiens2_v002"} <= set(versions)
+    assert [s["frame"] for s in versions["sapiens2_v002"]] == FRAMES

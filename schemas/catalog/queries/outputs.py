@@ -72,12 +72,13 @@ def outputs_page(
     return page(bind, stmt, each_row(output_dict), limit, offset)
 
 
-def newest_of_pass_frame() -> Any:
-    """1 on the newest output of each (pass, frame) of a select over outputs."""
+def newest_of_pass_frame(*within: Any) -> Any:
+    """1 on the newest output of each (pass, frame) of a select over outputs (of each value
+    of the columns ``within`` too: a version's folder, ...)."""
     return (
         func.row_number()
         .over(
-            partition_by=(m.Output.pass_name, m.Output.frame),
+            partition_by=(*within, m.Output.pass_name, m.Output.frame),
             order_by=(m.Output.created_at.desc(), m.Output.id.desc()),
         )
         .label("newest")

@@ -45,19 +45,35 @@ def flagged_frames(bind: Bind, job_ids: list[int], threshold: float) -> dict[int
 def flicker_scores(
     bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
 ) -> list[Item]:
-    """The temporal QC score of each (pass, frame) of the shot (the newest scored EXR
-    output), with the id of the frame's newest preview for a link (None without one).
-    Keys: pass_name, frame, flicker, uri, preview_id, preview_uri; by pass and frame."""
-    newest = newest_of_pass_frame()
-    cols = (m.Output.pass_name, m.Output.frame, m.Output.flicker, m.Output.uri, newest)
-    scored = with_shot(select(*cols), m.Output.shot_id, show, sequence, shot).where(
-        m.Output.kind == "exr", m.Output.flicker.is_not(None)
+    """The temporal QC score of each (pass, frame) of each version of the shot (its output
+    folder; the newest scored EXR output there), with the id of the frame's newest preview
+    for a link (None without one). Keys: pass_name, frame, flicker, uri, job_id,
+    output_root, preview_id, preview_uri; by pass, version and frame."""
+    in_version = newest_of_pass_frame(m.Job.output_root)
+    cols = (
+        m.Output.pass_name,
+        m.Output.frame,
+        m.Output.flicker,
+        m.Output.uri,
+        m.Output.job_id,
+        m.Job.output_root,
+        in_version,
+    )
+    scored = (
+        with_shot(select(*cols), m.Output.shot_id, show, sequence, shot)
+        .join(m.Job, m.Job.id == m.Output.job_id)
+        .where(m.Output.kind == "exr", m.Output.flicker.is_not(None))
     )
     if pass_name is not None:
         scored = scored.where(m.Output.pass_name == pass_name)
-    pcols = (m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, newest)
-    previews = with_shot(select(*pcols), m.Output.shot_id, show, sequence, shot).where(
-        m.Output.kind == "preview"
+    pcols = (
+        m.Output.id, m.Output.pass_name, m.Output.frame, m.Output.uri, m.Job.output_root,
+        in_version,
+    )  # fmt: skip
+    previews = (
+        with_shot(select(*pcols), m.Output.shot_id, show, sequence, shot)
+        .join(m.Job, m.Job.id == m.Output.job_id)
+        .where(m.Output.kind == "preview")
     )
     s_ = scored.subquery()
     p_ = previews.subquery()
@@ -67,15 +83,20 @@ def flicker_scores(
             s_.c.frame,
             s_.c.flicker,
             s_.c.uri,
+            s_.c.job_id,
+            s_.c.output_root,
             p_.c.id.label("preview_id"),
             p_.c.uri.label("preview_uri"),
         )
         .outerjoin(
             p_,
-            (p_.c.pass_name == s_.c.pass_name) & (p_.c.frame == s_.c.frame) & (p_.c.newest == 1),
+            (p_.c.pass_name == s_.c.pass_name)
+            & (p_.c.frame == s_.c.frame)
+            & (p_.c.output_root == s_.c.output_root)
+            & (p_.c.newest == 1),
         )
         .where(s_.c.newest == 1)
-        .order_by(s_.c.pass_name, s_.c.frame)
+        .order_by(s_.c.pass_name, s_.c.output_root, s_.c.frame)
     )
     with reading(bind) as conn:
         return [dict(r._mapping) for r in conn.execute(stmt)]
