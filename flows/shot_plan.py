@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from schemas.passes import first_of_kind
+from schemas.passes import BY_NAME, first_of_kind
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, PlateInfo
 from storage.location import Location
 from storage.sequences import PlateSequence
 from storage.zarr_store import KEYPOINTS, shard_of
 from tasks.checkpoints import CheckpointRef, seg_class_names
-from tasks.chunk_job import ChunkJob
+from tasks.chunk_job import ChunkJob, flow_neighbours
 from tasks.output_paths import ShotOutputPaths
 
 
@@ -66,10 +66,13 @@ class ShotPlan:
         groups = shard_groups(
             [index_of[f] for f in todo], self.frames_per_shard, self.spec.chunk_frames
         )
+        flow = any(BY_NAME[name].inference == "plate_flow" for name in self.spec.passes)
+        present = frozenset(self.sequence.frames)
         jobs = []
         for chunk_index, indices in enumerate(groups):
             frames = tuple(all_frames[i] for i in indices)
             margin = self._margin(frames)
+            beside = flow_neighbours(frames, present) if flow else []
             jobs.append(
                 ChunkJob(
                     index=chunk_index,
@@ -89,6 +92,7 @@ class ShotPlan:
                     source=self.source,
                     margin=margin,
                     keypoints=self.keypoints,
+                    neighbours={n: self.sequence.uri_for(n) for n in beside},
                 )
             )
         return jobs

@@ -18,12 +18,13 @@ from typing import Literal, get_args
 from storage.layers import ExrLayer, PreviewKind, ZarrArray
 
 # How a pass is inferred: on overlapping tiles of the frame; on the whole frame, letterboxed
-# to the model's input; per person box (top-down); or from another pass's model output.
-Inference = Literal["tiled", "whole_frame", "per_person", "from_seg"]
+# to the model's input; per person box (top-down); from another pass's model output; or by
+# no model at all: optical flow between the plate's neighbouring frames (tasks.plate_flow).
+Inference = Literal["tiled", "whole_frame", "per_person", "from_seg", "plate_flow"]
 # How the model's device finishes a pass into the arrays its files hold (tasks.frame_passes).
 Values = Literal[
     "unit_vectors", "points", "relative_depth", "colour", "alpha", "labels", "keypoints",
-    "class_groups",
+    "class_groups", "motion",
 ]  # fmt: skip
 # How temporal QC measures the change of a pass between neighbouring frames.
 QcMetric = Literal["angle", "relative_distance", "absolute", "mean_absolute", "labels"]
@@ -52,6 +53,8 @@ PART_GROUPS: Mapping[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 _HWC = ("frame", "y", "x", "c")
+# Nuke's `motion` layer, in its channel order (VectorBlur reads forward.u/v from it).
+MOTION_CHANNELS = ("forward.u", "forward.v", "backward.u", "backward.v")
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,43 @@ PASSES: tuple[Pass, ...] = (
         class_groups=PART_GROUPS,
     ),
     Pass(
+        "motion",
+        "motion vectors from the plate: optical flow to the next and previous frames",
+        {},
+        "plate_flow",
+        "motion",
+        # Nuke's `motion` layer. Half: DIS's own error (a few tenths of a flow pixel, times
+        # the plate/flow ratio, up to 4 at 4K) is far above half's rounding (2^-11 of the
+        # value: 0.03 px at 64 px/frame, 0.25 px at 512), Nuke and renderers read and write
+        # half vectors, and it halves the part's bytes and its ZIP time.
+        exr=(
+            ExrLayer(
+                "motion",
+                MOTION_CHANNELS,
+                "float16",
+                "motion vectors in plate pixels per frame to the next (forward) and previous "
+                "(backward) frame, Nuke's axes: u right, v up; zero where there is no "
+                "neighbour (a hole, the range's end) or a cut",
+            ),
+        ),
+        zarr=ZarrArray(
+            "motion",
+            ("H", "W", 4),
+            "float16",
+            _HWC,
+            float("nan"),
+            "motion vectors in plate pixels per frame, c: forward u, forward v, backward u, "
+            "backward v (the EXR's values: u right, v UP, i.e. v = -rows; an anamorphic "
+            "plate's u is in its stored, squeezed pixels); 0 where there is no neighbour or "
+            "a cut",
+        ),
+        preview="motion",
+        nuke_note="motion vectors (px/frame, v up): forward.u/v backward.u/v; VectorBlur "
+        "(disabled) wired",
+        nuke_colour="0x5a704cff",
+        default=False,
+    ),
+    Pass(
         "pose",
         "body keypoints per person (JSON and Zarr)",
         {"sapiens2": "pose", "sapiens1": "pose"},
@@ -311,26 +351,36 @@ def in_order(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def families_of(name: str) -> tuple[str, ...]:
-    """The families that make the pass: those of its model, or of the pass it is made from."""
+    """The families that make the pass: those of its model, or of the pass it is made from;
+    every family for a pass no model makes (motion: it runs beside any)."""
+    if not made_by_model(name):
+        return FAMILIES
     spec = BY_NAME[name]
     if spec.models:
         return tuple(f for f in FAMILIES if f in spec.models)
     return families_of(made_from(name))
 
 
+def made_by_model(name: str) -> bool:
+    """Whether a model makes ``name`` (its own, or the one of the pass it is made from):
+    not motion, which is optical flow on the plate."""
+    return bool(BY_NAME[made_from(name)].models)
+
+
 def family_of(name: str, family: str) -> str:
     """The family pass ``name`` runs on in a job asking for ``family``: that one when it
-    has the pass, else the first that does (depth: Sapiens v1; pointmap: Sapiens2)."""
+    has the pass, else the first that does (depth: Sapiens v1; pointmap: Sapiens2). A pass
+    no model makes runs on the job's ``family``."""
     have = families_of(name)
     return family if family in have else have[0]
 
 
 def job_family(asked: Iterable[str], family: str) -> str:
-    """The family a job's output folder is named after: the one every pass asked for runs on
-    (a depth-only job: Sapiens v1), else ``family`` (the job's ``--family``) for a mix. From
-    the spec alone, so a job's folder is known before its checkpoints are read; a file given
-    for one pass does not change it."""
-    ran = {family_of(name, family) for name in asked}
+    """The family a job's output folder is named after: the one every model-made pass asked
+    for runs on (a depth-only job: Sapiens v1; motion does not count), else ``family`` (the
+    job's ``--family``) for a mix. From the spec alone, so a job's folder is known before its
+    checkpoints are read; a file given for one pass does not change it."""
+    ran = {family_of(name, family) for name in asked if made_by_model(name)}
     return ran.pop() if len(ran) == 1 else family
 
 
@@ -341,7 +391,10 @@ def first_of_kind(names: Sequence[str] | Mapping[str, object], values: Values) -
 
 
 def model_task(name: str) -> str:
-    """The task of the checkpoint that makes ``name`` (the same in every family that has it)."""
+    """The task of the checkpoint that makes ``name`` (the same in every family that has it).
+    ValueError for a pass no model makes."""
+    if not made_by_model(name):
+        raise ValueError(f"{name} is made by no model: it has no checkpoint task")
     tasks = set(BY_NAME[made_from(name)].models.values())
     assert len(tasks) == 1, f"{name}: its families' tasks differ: {tasks}"
     return tasks.pop()
@@ -380,13 +433,16 @@ def run_for(asked: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 def derived_from(name: str) -> tuple[Pass, ...]:
     """The passes made from the model output of ``name`` (not by a model of their own)."""
-    return tuple(p for p in PASSES if not p.models and made_from(p.name) == name)
+    return tuple(p for p in PASSES if made_from(p.name) == name != p.name)
 
 
 def checkpoint_inputs(name: str) -> tuple[str, ...]:
     """The passes whose checkpoints an output of ``name`` depends on: the model that makes it
     and those it needs (pose finds people with the seg or matte model). Conservative: a new
-    seg *or* matte checkpoint invalidates pose outputs."""
+    seg *or* matte checkpoint invalidates pose outputs. None for a pass no model makes
+    (motion depends on the plate alone)."""
+    if not made_by_model(name):
+        return BY_NAME[name].needs
     return (made_from(name), *BY_NAME[name].needs)
 
 
@@ -427,8 +483,9 @@ def describe() -> str:
 
 def family_help() -> str:
     """Which passes the family choice applies to, for help texts."""
-    both = [p.name for p in PASSES if len(families_of(p.name)) > 1]
-    own = {f: [p.name for p in PASSES if families_of(p.name) == (f,)] for f in FAMILIES}
+    modelled = [p.name for p in PASSES if made_by_model(p.name)]
+    both = [name for name in modelled if len(families_of(name)) > 1]
+    own = {f: [name for name in modelled if families_of(name) == (f,)] for f in FAMILIES}
     return (
         f"model family of the passes both families have ({', '.join(both)}); a pass only "
         f"one family has runs on that one ("

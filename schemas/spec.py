@@ -205,6 +205,11 @@ class ShotSpec(BaseModel):
         for name in value if isinstance(value, dict) else ():
             if name not in pass_table.BY_NAME:
                 continue  # the type says which passes there are
+            if not pass_table.made_by_model(name):
+                raise ValueError(
+                    f"{name} has no checkpoint: no model makes it "
+                    f"({pass_table.BY_NAME[name].description})"
+                )
             made_from = pass_table.made_from(name)
             if made_from != name:
                 raise ValueError(
@@ -238,6 +243,20 @@ class ShotSpec(BaseModel):
     def _plate_pattern(self) -> ShotSpec:
         if not self.plate.strip():
             raise ValueError("the plate pattern is empty")
+        return self
+
+    @model_validator(mode="after")
+    def _some_model(self) -> ShotSpec:
+        """A job runs at least one model: a pass made by none (motion) is computed beside
+        the models, in the same pass over the plate, and a job of such passes alone would
+        load no model and describe no checkpoint (its frames, their cache keys, the catalog's
+        provenance all assume some)."""
+        if not self.model_passes:
+            alone = ", ".join(self.passes)
+            raise ValueError(
+                f"passes {alone} run no model: they are made beside a model pass; ask for "
+                f"one too (e.g. --passes {alone},normal)"
+            )
         return self
 
     # -- derived -----------------------------------------------------------------------

@@ -45,6 +45,8 @@ class FrameSummary:
     # a frame made from outputs (a stabilised version): the (URI, frame) of each output it
     # was made from, every pass's among them; the catalog links its outputs to those rows
     sources: list[tuple[str, int]] = field(default_factory=list)
+    # what was noticed but did not fail the frame (motion: a side left at zero vectors, why)
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

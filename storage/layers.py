@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-PreviewKind = Literal["vectors", "inverse_depth", "relative_depth", "colour", "alpha", "labels"]
+PreviewKind = Literal[
+    "vectors", "inverse_depth", "relative_depth", "colour", "alpha", "labels", "motion"
+]  # fmt: skip
 # How a frame's layers sit in its EXR: one part per layer (Nuke reads each on its own), or
 # every layer in one header (readers that take only a file's first part see them all).
 ExrLayout = Literal["multipart", "single"]

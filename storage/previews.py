@@ -122,6 +122,26 @@ def _ramp_rgb(t: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return rgb
 
 
+# Motion previews: the vector length (in preview pixels per frame) drawn at full colour; one
+# value for every frame and shot, so a clip of them does not pulse with each frame's maximum.
+MOTION_FULL = 8.0
+
+
+def motion_rgb(vectors: np.ndarray, full: float = MOTION_FULL) -> np.ndarray:
+    """Motion vectors (H, W, 2), x right and y DOWN in the preview's own pixels, as a colour
+    wheel: the hue is the direction (right red, down yellow-green, left cyan, up violet),
+    the brightness the length, full at ``full`` pixels per frame; still pixels are black."""
+    uv = np.nan_to_num(np.asarray(vectors, dtype=np.float32))
+    u, v = uv[..., 0], uv[..., 1]
+    hue = (np.arctan2(v, u) / (2 * np.pi)) % 1.0
+    value = np.clip(np.hypot(u, v) / full, 0.0, 1.0)
+    # HSV with full saturation: each channel a triangle wave of the hue, scaled by value
+    phases = np.array([0.0, 1.0 / 3.0, 2.0 / 3.0], dtype=np.float32)  # red, green, blue
+    distance = np.abs(((hue[..., None] - phases + 0.5) % 1.0) - 0.5)  # 0 at that primary
+    rgb = np.clip(2.0 - 6.0 * distance, 0.0, 1.0) * value[..., None]
+    return _to_uint8(rgb)
+
+
 def plate_rgb(pixels: np.ndarray) -> np.ndarray:
     """Display-encoded plate pixels (float in [0, 1] or uint8; RGB or RGBA) as uint8 RGB."""
     values = np.asarray(pixels)
@@ -165,8 +185,8 @@ def pass_preview(
     pixel_aspect: float = 1.0,
 ) -> np.ndarray:
     """The thumbnail of one pass's values, drawn as ``kind`` says (``storage.layers``):
-    unit vectors, points by inverse depth, relative depth, scene-linear colour, alpha, or
-    class labels (with a palette, by nearest pixel)."""
+    unit vectors, points by inverse depth, relative depth, scene-linear colour, alpha, class
+    labels (with a palette, by nearest pixel), or motion vectors (a colour wheel)."""
     if kind == "vectors":
         rgb = normal_rgb(data)
     elif kind == "inverse_depth":
@@ -177,6 +197,8 @@ def pass_preview(
         rgb = albedo_rgb(data)
     elif kind == "alpha":
         rgb = matte_rgb(data)
+    elif kind == "motion":
+        rgb = motion_rgb(data)
     elif kind == "labels":
         if palette is None:
             raise ValueError("a palette is needed for a label preview")

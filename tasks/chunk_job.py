@@ -36,3 +36,14 @@ class ChunkJob:
     source: ShotOutputPaths | None = None
     margin: tuple[tuple[int, str], ...] = ()
     keypoints: int | None = None
+    # plate frames outside the chunk that motion needs (frame -> URI): each chunk frame's
+    # neighbours f-1 and f+1 where the plate has them; read and decoded for flow only, their
+    # checksums not recorded (`tasks.frame_motion`). Empty when motion is not asked for.
+    neighbours: dict[int, str] = field(default_factory=dict)
+
+
+def flow_neighbours(frames: tuple[int, ...], present: set[int] | frozenset[int]) -> list[int]:
+    """The frames beside ``frames`` (f-1, f+1) that the plate has (``present``) and the chunk
+    does not: what a chunk reads for motion only."""
+    inside = set(frames)
+    return sorted({n for f in frames for n in (f - 1, f + 1) if n in present and n not in inside})

@@ -4,8 +4,9 @@ Runs inside a Dask worker (one call per chunk; the flow gives it URIs and settin
 pixels). Three stages overlap so the model's device never waits on the host:
 
     reader thread   read the plate frame (bytes -> sha256 -> decode), convert its colour
-                    into pinned memory (``tasks.frame_reading``); at most `READ_AHEAD`
-                    frames wait for the model
+                    into pinned memory (``tasks.frame_reading``); with motion, the optical
+                    flow to its neighbours in the plate too, one frame held back for it
+                    (``tasks.frame_motion``); at most `READ_AHEAD` frames wait for the model
     this thread     upload, tiles, model batches, blending and every per-pixel step after
                     the model on the device, then the non-blocking copy of each frame's
                     final arrays to the host (``tasks.frame_inference``); pose
@@ -23,6 +24,7 @@ does not fit in the device's memory); the other frames go on.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -43,9 +45,12 @@ from tasks.checkpoints import seg_class_names
 from tasks.chunk_job import ChunkJob
 from tasks.colour import ColourConversion
 from tasks.frame_inference import FrameInference, InferredFrame, default_focal
+from tasks.frame_motion import read_with_motion
+from tasks.frame_passes import MOTION
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import get_predictor
+from tasks.plate_flow import DEFAULT_FLOW
 
 log = logging.getLogger("svfx.worker")
 
@@ -180,7 +185,11 @@ class _ChunkRunner:
             (number, uri, self.job.fingerprints.get(number))
             for number, uri in zip(self.job.frames, self.job.plate_uris, strict=True)
         ]
-        reader = threading.Thread(target=self.reader.read_all, args=(work, frames), daemon=True)
+        if MOTION in self.spec.passes:  # flow to the neighbours, outside the chunk too
+            read = functools.partial(read_with_motion, self.reader, neighbours=self.job.neighbours)
+        else:
+            read = self.reader.read_all
+        reader = threading.Thread(target=read, args=(work, frames), daemon=True)
         reader.start()
         done: list[FrameSummary] = []
         pending: list[Future[FrameSummary]] = []
@@ -265,6 +274,14 @@ class _ChunkRunner:
             )
         )
         provenance["svfx/precision"] = str(self.predictor.dtype).removeprefix("torch.")
+        if MOTION in self.spec.passes:
+            flow = DEFAULT_FLOW
+            provenance[f"svfx/{MOTION}"] = (
+                f"OpenCV DIS optical flow ({flow.preset}) on the plate's luma at most "
+                f"{flow.max_side} px on its long side, scaled to plate pixels; forward to "
+                "the next frame, backward to the previous; pixels per frame, v up (Nuke); "
+                "zero across cuts and holes"
+            )
         return provenance
 
 

@@ -17,7 +17,10 @@ Per group (a few frames whose tiles share model batches):
 5. each pass is finished (``tasks.frame_passes``) as soon as it is blended, so a frame's
    29-channel probabilities are dropped before the next pass runs, and the final arrays start
    their copy to the host (``tasks.host_transfer``). The writers wait for them; this stage
-   goes on with the next group.
+   goes on with the next group;
+6. motion, when asked: the reader's flow-resolution vectors (``tasks.frame_motion``) are
+   uploaded, scaled to plate pixels (of the stored image: an anamorphic plate's u in its
+   squeezed pixels) and finished there too (``tasks.frame_passes.finish_motion``).
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ from storage.frame import Frame
 from storage.previews import MAX_SIDE, thumbnail_size
 from tasks.anamorphic import desqueeze
 from tasks.blending import FrameBlender
-from tasks.frame_passes import PREVIEW_PREFIX, finish_pass, preview_sized
+from tasks.frame_passes import MOTION, PREVIEW_PREFIX, finish_motion, finish_pass, preview_sized
 from tasks.frame_reading import ReadFrame
 from tasks.host_transfer import HostTransfer
 from tasks.normal_rotation import rotate_normals, tile_rotation
 from tasks.person_boxes import boxes_from_mask
+from tasks.plate_flow import to_plate
 from tasks.tiling import extract_tiles, plan_frame
 
 
@@ -109,6 +113,8 @@ class FrameInference:
         )
         results = []
         for i, read in enumerate(group):
+            if MOTION in self.spec.passes:
+                finished[i].update(self._motion(read))
             people = self._pose(read, frames[i], masks[i]) if posed else []
             if self.spec.previews and written_pose:
                 finished[i][PREVIEW_PREFIX + "plate"] = preview_sized(frames[i], _preview_hw(read))
@@ -174,6 +180,24 @@ class FrameInference:
                 foreground=foreground,
             )
         )
+
+    def _motion(self, read: ReadFrame) -> dict[str, Tensor]:
+        """The frame's motion vectors, in plate pixels on the device, finished; a side the
+        reader has none for is zero (its summary says why)."""
+        hw = (read.plate.height, read.plate.width)
+        motion = read.motion
+        if motion is None:  # not read with motion: say so rather than pass zeros silently
+            read.summary.notes.append("zero motion: the reader computed no flow for it")
+
+        def side(flow: np.ndarray | None) -> Tensor:
+            if flow is None:
+                return torch.zeros((*hw, 2), dtype=torch.float32, device=self.device)
+            return to_plate(flow, hw, self.device)
+
+        preview_hw = _preview_hw(read) if self.spec.previews else None
+        forward = side(motion.forward if motion else None)
+        backward = side(motion.backward if motion else None)
+        return finish_motion(forward, backward, preview_hw=preview_hw)
 
     def _pose(self, read: ReadFrame, frame: Tensor, mask: Tensor | None) -> list[dict[str, Any]]:
         if mask is None:

@@ -14,6 +14,8 @@ the pass's ``values`` in the pass table (``schemas.passes``); the arrays are nam
 | labels         | squeezed back, labels, Cryptomatte ranks           | (H, W) uint8 labels,  |
 |                |                                                    | `<pass>/id` int32,    |
 |                |                                                    | `<pass>/ranks` f4     |
+| motion         | (`finish_motion`, not from a model) forward and    | (4, H, W) float16     |
+|                | backward plate-pixel vectors, v negated (Nuke: up) |                       |
 
 plus, per pass, a preview-sized copy (area-averaged; labels by nearest pixel) and whether
 the pass holds NaN or Inf anywhere. Only these cross to the host (``tasks.host_transfer``),
@@ -30,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from schemas.passes import Pass
+from schemas.passes import PASS_NAMES, Pass, first_of_kind
 from tasks.anamorphic import resqueeze
 from tasks.normal_rotation import normalize_vectors
 from tasks.seg_outputs import seg_outputs
@@ -39,6 +41,7 @@ PREVIEW_PREFIX = "preview/"
 NONFINITE_PREFIX = "nonfinite/"
 ID_SUFFIX = "/id"  # a labels pass's class index as the EXR stores it (int32, read as uint32)
 RANKS_SUFFIX = "/ranks"  # a labels pass's Cryptomatte rank planes
+MOTION = first_of_kind(PASS_NAMES, "motion")  # the pass of motion vectors
 
 
 def finish_pass(
@@ -62,6 +65,8 @@ def finish_pass(
     name, kind = spec.name, spec.values
     if kind in ("keypoints",):
         raise ValueError(f"{name} is not a dense pass")
+    if kind == "motion":
+        raise ValueError(f"{name} is not a model's output: finish it with finish_motion")
     low, high = torch.aminmax(values)
     out = {NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high))}
     if kind == "relative_depth":
@@ -97,6 +102,50 @@ def finish_pass(
             out[PREVIEW_PREFIX + name] = _preview_labels(out[name], preview_hw)
     else:
         raise ValueError(f"{name}: no way to finish values of kind {kind!r}")
+    return out
+
+
+def finish_motion(
+    forward: Tensor,
+    backward: Tensor,
+    *,
+    preview_hw: tuple[int, int] | None = None,
+    name: str | None = MOTION,
+) -> dict[str, Tensor]:
+    """The final arrays of a frame's motion vectors, on their device: ``forward`` (to the
+    next frame) and ``backward`` (to the previous one), each (H, W, 2) float32 in plate
+    pixels per frame, x right and y DOWN (image rows, as `tasks.plate_flow` makes them; zero
+    where there is no neighbour). Independent of the chunk worker: anything that has the
+    vectors of a frame (the stabiliser, for a stabilised version) writes them through this.
+
+    Returns ``<name>``: (4, H, W) float16 planes forward u, forward v, backward u, backward
+    v with v negated (Nuke's y axis points up), what the EXR part and the Zarr array hold;
+    ``nonfinite/<name>``; and, unless ``preview_hw`` is None, ``preview/<name>``: the
+    forward vectors area-averaged to the preview, (h, w, 2) float32 in the preview's own
+    square pixels, y down (``storage.previews.motion_rgb`` draws them). An anamorphic
+    plate's u stays in its stored pixels; the preview's width, in square pixels, converts
+    it."""
+    if name is None:
+        raise ValueError("the pass table has no motion pass")
+    if forward.shape != backward.shape or forward.ndim != 3 or forward.shape[-1] != 2:
+        raise ValueError(
+            f"motion vectors are (H, W, 2) each; got {tuple(forward.shape)} forward and "
+            f"{tuple(backward.shape)} backward"
+        )
+    height, width = forward.shape[:2]
+    up = torch.tensor([1.0, -1.0], dtype=torch.float32, device=forward.device)
+    planes = torch.cat([forward.float() * up, backward.float() * up], dim=-1)  # (H, W, 4)
+    low, high = torch.aminmax(planes)
+    out = {
+        NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high)),
+        name: planes.permute(2, 0, 1).to(torch.float16).contiguous(),
+    }
+    if preview_hw is not None:
+        small = preview_sized(forward.permute(2, 0, 1), preview_hw)  # (h, w, 2)
+        scale = torch.tensor(
+            [preview_hw[1] / width, preview_hw[0] / height], dtype=torch.float32, device=small.device
+        )
+        out[PREVIEW_PREFIX + name] = small * scale
     return out
 
 

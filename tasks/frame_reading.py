@@ -14,6 +14,7 @@ import queue
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from storage.location import Location
 from storage.plate_reader import decode_frame, fetch_bytes
 from tasks.colour import ColourConversion
 
+if TYPE_CHECKING:
+    from tasks.frame_motion import FrameMotion
+
 
 @dataclass
 class ReadFrame:
@@ -36,6 +40,7 @@ class ReadFrame:
     plate: Frame
     rgb: np.ndarray  # model encoding, (H, W, 3) float32 at the plate's width
     summary: FrameSummary
+    motion: FrameMotion | None = None  # flow to its neighbours, when motion is asked for
 
 
 class FrameReader:
@@ -81,8 +86,28 @@ class FrameReader:
         data = fetch_bytes(self.plate.at(uri), frame=number)
         summary.plate_sha256 = hashlib.sha256(data).hexdigest()
         summary.plate_size = len(data)
-        plate = decode_frame(data, uri, frame=number, nonfinite=self.spec.nonfinite)
+        plate = self._decoded(data, number, uri)
         del data
+        t1 = time.perf_counter()
+        rgb = self._encoded(plate, self._buffer((plate.height, plate.width, 3)))
+        summary.timings["read"] = t1 - t0
+        summary.timings["colour"] = time.perf_counter() - t1
+        summary.cache_key = cache_key(
+            summary.plate_sha256, self.checkpoint_shas, self.settings_digest
+        )
+        return ReadFrame(number, uri, plate, rgb, summary)
+
+    def neighbour_rgb(self, number: int, uri: str) -> np.ndarray:
+        """A plate frame outside the chunk in the model's encoding, for motion only: read,
+        decoded and checked like the chunk's own, its checksum not taken (it is not one of
+        the chunk's frames and none of its outputs is made here)."""
+        data = fetch_bytes(self.plate.at(uri), frame=number)
+        plate = self._decoded(data, number, uri)
+        del data
+        return self._encoded(plate, np.empty((plate.height, plate.width, 3), np.float32))
+
+    def _decoded(self, data: bytes, number: int, uri: str) -> Frame:
+        plate = decode_frame(data, uri, frame=number, nonfinite=self.spec.nonfinite)
         if (plate.height, plate.width) != self.frame_hw:
             h, w = self.frame_hw
             raise FrameError(
@@ -91,16 +116,12 @@ class FrameReader:
                 f"frame is {plate.width}x{plate.height} but the shot is {w}x{h} "
                 "(data window size differs from the rest of the sequence)",
             )
-        t1 = time.perf_counter()
-        rgb = self._buffer((plate.height, plate.width, 3))
+        return plate
+
+    def _encoded(self, plate: Frame, rgb: np.ndarray) -> np.ndarray:
         np.copyto(rgb, plate.pixels[..., :3])
         self.colour.to_model_encoding(rgb, inplace=True)
-        summary.timings["read"] = t1 - t0
-        summary.timings["colour"] = time.perf_counter() - t1
-        summary.cache_key = cache_key(
-            summary.plate_sha256, self.checkpoint_shas, self.settings_digest
-        )
-        return ReadFrame(number, uri, plate, rgb, summary)
+        return rgb
 
     def _buffer(self, shape: tuple[int, ...]) -> np.ndarray:
         if self.pinned:
