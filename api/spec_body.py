@@ -5,7 +5,8 @@ JSON Schema does not show. ``SpecBody`` states those rules as JSON Schema (patte
 non-empty arrays), so that the published document says what is accepted, and the API checks a
 body against the very same model before ShotSpec sees it (a frame range is parsed only once
 it has the documented form). Strings are text (no control characters), as everywhere in the
-API. Frame ranges are the common fileseq forms with frame numbers of at most six
+API. Passes hold at least one a model makes (``contains``: motion alone runs no model).
+Frame ranges are the common fileseq forms with frame numbers of at most six
 digits: ``1001-1100``, ``1001-1100x2``, ``1001,1005,1010-1020``, negatives allowed (parsing
 a larger stepped range costs fileseq seconds per request).
 
@@ -21,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from api.params import NAME_PATTERN, TEXT_PATTERN
-from schemas.passes import DEFAULT_PASSES
+from schemas.passes import DEFAULT_PASSES, PASS_NAMES, made_by_model
 from schemas.spec import MODEL_SIZES, ModelPassName, PassName, ShotSpec, TilingSpec
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f\ufffd"
@@ -38,6 +39,8 @@ Text = Annotated[str, Field(pattern=TEXT_PATTERN)]
 Name = Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN})]
 ModelSize = Literal[*MODEL_SIZES]  # type: ignore[valid-type]
 SPEC = ShotSpec.model_fields
+# A job runs some model: its passes hold at least one that a model makes (not motion alone).
+MODEL_MADE = [name for name in PASS_NAMES if made_by_model(name)]
 
 
 def _about(field: str, *more: str) -> str:
@@ -67,8 +70,9 @@ class SpecBody(ShotSpec):
     passes: tuple[PassName, ...] = Field(
         DEFAULT_PASSES,
         min_length=1,
-        json_schema_extra={"uniqueItems": True},
-        description=ShotSpec.model_fields["passes"].description,
+        json_schema_extra={"uniqueItems": True, "contains": {"enum": MODEL_MADE}},
+        description=f"{SPEC['passes'].description}; at least one a model makes "
+        f"({', '.join(MODEL_MADE)})",
     )
     model_size: ModelSize = Field(SPEC["model_size"].default, description=_about("model_size"))
     checkpoints: dict[ModelPassName, Text] = Field(

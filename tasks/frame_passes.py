@@ -142,10 +142,8 @@ def finish_motion(
     }
     if preview_hw is not None:
         small = preview_sized(forward.permute(2, 0, 1), preview_hw)  # (h, w, 2)
-        scale = torch.tensor(
-            [preview_hw[1] / width, preview_hw[0] / height], dtype=torch.float32, device=small.device
-        )
-        out[PREVIEW_PREFIX + name] = small * scale
+        ratio = [preview_hw[1] / width, preview_hw[0] / height]  # to the preview's pixels
+        out[PREVIEW_PREFIX + name] = small * torch.tensor(ratio, device=small.device)
     return out
 
 

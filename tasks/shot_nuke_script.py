@@ -29,7 +29,14 @@ Choices, and why:
 - Paths are written as the output paths give them, local or ``s3://``; Nuke cannot read S3, so an
   S3 script says so on its Read backdrop (sync or mount the files, then repath).
 - Layers come from the EXR writer itself (`storage.exr_writer.part_channels`), so the script
-  follows the file if a part's channels change.
+  follows the file if a part's channels change. The motion part's channels form Nuke's own
+  `motion` layer (`forward.u forward.v backward.u backward.v`, one layer of its built-in
+  set, not two named by their prefixes): its Shuffle routes them to rgba to look at, and a
+  ``VectorBlur2`` (Nuke 10's VectorBlur; knobs ``uv``, ``scale``, as in Foundry's reference
+  guide and scripts Unreal's docs give) reads ``uv motion`` from the data Read, disabled
+  (the passes' Read has nothing to blur: a compositor copies the motion layer into the
+  element's stream and enables it), ``scale 0.5``: a 180-degree shutter, half a frame of
+  the per-frame vectors.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 from schemas import passes as pass_table
+from schemas.passes import MOTION_CHANNELS
 from storage.exr_writer import part_channels
 from storage.layers import ExrLayer as ExrPart
 from storage.nuke_script import (
@@ -74,6 +82,9 @@ CHAR_WIDTH = 11  # about half an em at note_font_size 20: a backdrop is as wide 
 FONT_SIZE = 20
 _NUKE_CHANNEL = {"r": "red", "g": "green", "b": "blue", "a": "alpha"}
 _NUKE_CHANNEL.update({name: name for name in _NUKE_CHANNEL.values()})
+# Channel sets that are one layer of Nuke's built-in set, not layers named by their prefixes.
+_NUKE_LAYERS = {MOTION_CHANNELS: "motion"}
+VECTOR_BLUR_SCALE = 0.5  # of the per-frame vectors: a 180-degree shutter
 _COLOURS = {  # backdrop tile colours (0xRRGGBBAA): the Reads', then each pass's
     "read": "0x444444ff",
     **{p.name: p.nuke_colour for p in pass_table.PASSES},
@@ -163,6 +174,9 @@ def build_shot_script(
         for name in names:
             if crypto is not None and name == _CRYPTO_NODE:
                 layer_nodes.append(_cryptomatte(positions[name], source, crypto[1]))
+            elif name.startswith(_VECTOR_BLUR):
+                layer = by_layer[name.replace(_VECTOR_BLUR, "Shuffle_", 1)]
+                layer_nodes.append(_vector_blur(name, layer, positions[name], source))
             else:
                 layer_nodes.append(_shuffle(name, by_layer[name], positions[name], source))
 
@@ -222,6 +236,7 @@ def write_shot_nuke_script(
 
 # -- nodes ---------------------------------------------------------------------------------
 _CRYPTO_NODE = "Cryptomatte_BodyPart"
+_VECTOR_BLUR = "VectorBlur_"  # a motion layer's VectorBlur: VectorBlur_<layer>
 
 
 def _reads(
@@ -305,10 +320,28 @@ def _shuffle(name: str, layer: ExrLayer, position: tuple[int, int], source: str)
     else:
         routing = {"red": "red", "green": "green", "blue": "blue", "alpha": "black"}
         target = "rgb"
-    channels = " ".join(f"{layer.layer}.{channel}" for channel in layer.channels)
+    channels = " ".join(
+        channel if "." in channel else f"{layer.layer}.{channel}" for channel in layer.channels
+    )
     knobs: dict[str, KnobValue] = {"in": layer.layer, "out": "rgba", **routing}
     knobs.update(label=tcl_literal(f"{channels} -> {target}"), xpos=position[0], ypos=position[1])
     return NukeNode("Shuffle", name, knobs, inputs=(source,))
+
+
+def _vector_blur(name: str, layer: ExrLayer, position: tuple[int, int], source: str) -> NukeNode:
+    """VectorBlur2 on the motion layer's forward vectors, disabled (see the module's notes)."""
+    knobs: dict[str, KnobValue] = {
+        "disable": True,
+        "channels": "rgba",
+        "uv": layer.layer,
+        "scale": VECTOR_BLUR_SCALE,
+        "label": tcl_literal(
+            f"uv {layer.layer}: copy it into an element's stream, then enable (180-degree shutter)"
+        ),
+        "xpos": position[0],
+        "ypos": position[1],
+    }
+    return NukeNode("VectorBlur2", name, knobs, inputs=(source,))
 
 
 def _cryptomatte(position: tuple[int, int], source: str, layer: str) -> NukeNode:
@@ -352,6 +385,8 @@ def _groups(
     groups: dict[str, list[str]] = {}
     for layer in layers:
         groups.setdefault(layer.pass_name, []).append(f"Shuffle_{layer.layer}")
+        if layer.channels == MOTION_CHANNELS:  # motion vectors: what a compositor uses them in
+            groups[layer.pass_name].append(f"{_VECTOR_BLUR}{layer.layer}")
     if crypto is not None:
         groups.setdefault(crypto[0], []).insert(0, _CRYPTO_NODE)
     return [(name, groups[name]) for name in pass_table.PASS_NAMES if name in groups]
@@ -434,6 +469,8 @@ def _y(node: NukeNode) -> int:
 def _part_layers(part: ExrPart) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(layer, Nuke channels) of an EXR part, asked of the writer (one Cryptomatte layer)."""
     names = part_channels(part, crypto_ranks=1)
+    if tuple(names) in _NUKE_LAYERS:
+        return ((_NUKE_LAYERS[tuple(names)], tuple(names)),)
     layers: dict[str, list[str]] = {}
     for channel in names:
         layer, _, last = channel.rpartition(".")

@@ -134,3 +134,44 @@ def frame_pixels(frame: int, size: tuple[int, int] = (6, 8)) -> np.ndarray:
 
 def _default(pixels: np.ndarray | None) -> np.ndarray:
     return ramp() if pixels is None else pixels
+
+
+def write_moving_plate(
+    directory: str | Path,
+    frames: Iterable[int],
+    size: tuple[int, int],
+    shift: tuple[int, int],
+    *,
+    cut_at: int | None = None,
+    pixel_aspect: float = 1.0,
+    name: str = "shift",
+) -> str:
+    """Grey half-float EXRs of a smooth random texture that moves ``shift`` (x right, y down,
+    whole pixels) per frame: frame k+1 holds at (x + dx, y + dy) what frame k holds at (x, y).
+    From ``cut_at`` on, another texture (another shot: a cut) moves the same way. Returns the
+    sequence's pattern (``<name>.####.exr``)."""
+    import cv2
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    frames = sorted(frames)
+    width, height = size
+    dx, dy = shift
+    margin = 4 + max(abs(dx), abs(dy)) * (frames[-1] - frames[0] + 1)
+
+    def texture(seed: int, blur: float, gain: float) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        noise = rng.random((height + 2 * margin, width + 2 * margin)).astype(np.float32)
+        big = cv2.GaussianBlur(noise, (0, 0), blur)
+        return (big - big.min()) / (big.max() - big.min()) * gain + 0.05
+
+    first, other = texture(0, 3.0, 0.8), texture(1, 14.0, 0.3)
+    for frame in frames:
+        big = other if cut_at is not None and frame >= cut_at else first
+        k = frame - frames[0]  # a frame missing from ``frames`` is a hole: its step is skipped
+        y0, x0 = margin - dy * k, margin - dx * k
+        grey = big[y0 : y0 + height, x0 : x0 + width]
+        pixels = np.repeat(grey[..., None], 3, axis=-1).astype(np.float16)
+        header = exr_header(pixelAspectRatio=float(pixel_aspect))
+        OpenEXR.File(header, {"RGB": pixels}).write(str(directory / f"{name}.{frame:04d}.exr"))
+    return str(directory / f"{name}.####.exr")

@@ -380,3 +380,26 @@ def test_the_four_parts_mattes_go_to_rgba_through_the_data_read(tmp_path: Path) 
         "red", "green", "blue", "alpha"
     ]  # fmt: skip
     assert "parts.clothing parts.face parts.hair parts.skin -> rgba" in shuffle.knobs["label"]
+
+
+def test_motion_is_nukes_motion_layer_with_a_vector_blur_wired_to_it(tmp_path: Path) -> None:
+    nk = _script(_layout(tmp_path), passes=("normal", "motion"))
+    shuffle = nk.node("Shuffle_motion")
+    assert shuffle.knobs["in"] == "motion" and shuffle.inputs == ("Read_data",)
+    assert [shuffle.knobs[c] for c in ("red", "green", "blue", "alpha")] == [
+        "red", "green", "blue", "alpha"
+    ]  # fmt: skip
+    assert "forward.u forward.v backward.u backward.v -> rgba" in shuffle.knobs["label"]
+    (blur,) = nk.of_class("VectorBlur2")
+    assert blur.name == "VectorBlur_motion"
+    assert blur.inputs == ("Read_data",)  # raw: vectors must not be colour-converted
+    assert blur.knobs["uv"] == "motion" and blur.knobs["disable"] == "true"
+    assert float(blur.knobs["scale"]) == 0.5  # a 180-degree shutter of per-frame vectors
+    backdrop = nk.node("Backdrop_motion")
+    for node in (shuffle, blur):
+        assert _inside(node, backdrop, NODE_SIZE), node.name
+    others = [node for node in nk.nodes if node.cls != "BackdropNode"]
+    for i, a in enumerate(others):
+        for b in others[i + 1 :]:
+            assert not _overlap(_box(a), _box(b)), (a.name, b.name)
+    assert not {node.knobs["in"] for node in nk.of_class("Shuffle")} & {"forward", "backward"}

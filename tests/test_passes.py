@@ -52,6 +52,8 @@ def test_a_pass_is_named_in_at_most_three_product_files(name):
         ("pointmap,matte", "sapiens1", "sapiens2"),  # Sapiens2-only passes
         ("normal,pointmap", "sapiens1", "sapiens1"),  # a mix: its --family
         ("normal,depth", "sapiens2", "sapiens2"),
+        ("depth,motion", "sapiens2", "sapiens1"),  # motion runs beside any family
+        ("normal,motion", "sapiens1", "sapiens1"),
     ],
 )
 def test_the_output_folder_names_the_family_the_passes_ran_on(tmp_path, passes, family, folder):
@@ -80,12 +82,32 @@ def test_what_the_models_run_follows_needs_and_sources():
     assert pass_table.checkpoint_inputs("pose") == ("pose", "seg", "matte")
 
 
+def test_a_pass_no_model_makes_runs_none_and_depends_on_no_checkpoint():
+    assert pass_table.model_passes(["motion", "normal"]) == ("normal",)
+    assert pass_table.model_passes(["motion"]) == ()
+    assert pass_table.run_for(["motion", "parts"]) == {"seg": ("parts",)}
+    assert pass_table.checkpoint_inputs("motion") == ()
+    assert pass_table.families_of("motion") == pass_table.FAMILIES
+    assert pass_table.family_of("motion", "sapiens1") == "sapiens1"
+    assert pass_table.job_family(["motion"], "sapiens1") == "sapiens1"
+    assert pass_table.derived_from("motion") == ()
+    assert "motion" not in pass_table.family_help()  # the family choice is not its
+    with pytest.raises(ValueError, match="motion is made by no model"):
+        pass_table.model_task("motion")
+    assert "motion" not in pass_table.DEFAULT_PASSES
+
+
 def test_the_exr_parts_keep_their_order_and_every_pass_has_its_outputs():
     parts = [layer.part for layer in pass_table.exr_layers(pass_table.PASS_NAMES)]
-    assert parts == ["N", "P", "relDepth", "albedo", "matte", "CryptoBodyPart", "seg", "parts"]
+    assert parts == [
+        "N", "P", "relDepth", "albedo", "matte", "CryptoBodyPart", "seg", "parts", "motion"
+    ]  # fmt: skip
     assert pass_table.expected_outputs(["parts", "pose"], previews=True) == {
         ("exr", "parts"), ("zarr", "parts"), ("preview", "parts"),
         ("zarr", "pose"), ("pose_json", "pose"), ("preview", "pose"),
+    }  # fmt: skip
+    assert pass_table.expected_outputs(["motion"], previews=False) == {
+        ("exr", "motion"), ("zarr", "motion")
     }  # fmt: skip
     assert "parts" not in pass_table.DEFAULT_PASSES  # the demo's outputs stay as they were
 
@@ -98,6 +120,14 @@ def test_the_exr_parts_keep_their_order_and_every_pass_has_its_outputs():
         (
             {"passes": "parts", "checkpoints": {"parts": "/ckpt/x.safetensors"}},
             ("parts has no checkpoint of its own", "seg=FILE"),
+        ),
+        (
+            {"passes": "motion,normal", "checkpoints": {"motion": "/ckpt/x.safetensors"}},
+            ("motion has no checkpoint: no model makes it",),
+        ),
+        (
+            {"passes": "motion"},
+            ("passes motion run no model", "ask for one too", "--passes motion,normal"),
         ),
     ],
 )
