@@ -31,19 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.summaries import FrameSummary
-from tasks.frame_reading import FrameReader, ReadFrame, failed
+from tasks.frame_reading import FrameMotion, FrameReader, ReadFrame, failed
 from tasks.plate_flow import DEFAULT_FLOW, FlowSettings, flow_image, pair_motion
 
 log = logging.getLogger("svfx.worker")
-
-
-@dataclass
-class FrameMotion:
-    """A frame's flow to its neighbours, at flow resolution: (h, w, 2) float32 in flow-image
-    pixels, x right, y down; None: zero vectors on that side (the frame's summary says why)."""
-
-    forward: np.ndarray | None = None  # to frame f+1
-    backward: np.ndarray | None = None  # to frame f-1
 
 
 @dataclass

@@ -133,13 +133,14 @@ def finish_motion(
             f"{tuple(backward.shape)} backward"
         )
     height, width = forward.shape[:2]
-    up = torch.tensor([1.0, -1.0], dtype=torch.float32, device=forward.device)
-    planes = torch.cat([forward.float() * up, backward.float() * up], dim=-1)  # (H, W, 4)
+    planes = torch.empty((4, height, width), dtype=torch.float16, device=forward.device)
+    sides = (forward[..., 0], forward[..., 1], backward[..., 0], backward[..., 1])
+    for plane, values in zip(planes, sides, strict=True):
+        plane.copy_(values)  # straight into half from the strided view: no float copy
+    for v in (planes[1], planes[3]):
+        v.neg_().add_(0.0)  # v up; + 0.0 turns a still pixel's -0 back into 0
     low, high = torch.aminmax(planes)
-    out = {
-        NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high)),
-        name: planes.permute(2, 0, 1).to(torch.float16).contiguous(),
-    }
+    out = {NONFINITE_PREFIX + name: ~(torch.isfinite(low) & torch.isfinite(high)), name: planes}
     if preview_hw is not None:
         small = preview_sized(forward.permute(2, 0, 1), preview_hw)  # (h, w, 2)
         ratio = [preview_hw[1] / width, preview_hw[0] / height]  # to the preview's pixels

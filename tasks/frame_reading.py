@@ -14,7 +14,6 @@ import queue
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,8 +26,15 @@ from storage.location import Location
 from storage.plate_reader import decode_frame, fetch_bytes
 from tasks.colour import ColourConversion
 
-if TYPE_CHECKING:
-    from tasks.frame_motion import FrameMotion
+
+@dataclass
+class FrameMotion:
+    """A frame's flow to its neighbours in the plate, at flow resolution (``tasks.frame_motion``
+    makes it): (h, w, 2) float32 in flow-image pixels, x right, y down; None: zero vectors on
+    that side (the frame's summary says why)."""
+
+    forward: np.ndarray | None = None  # to frame f+1
+    backward: np.ndarray | None = None  # to frame f-1
 
 
 @dataclass
