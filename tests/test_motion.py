@@ -200,3 +200,22 @@ def test_the_neighbours_a_chunk_reads_for_flow_only():
     assert flow_neighbours((2, 3), present) == [1]  # 4 is a hole
     assert flow_neighbours((5, 7), present) == [6, 8]  # 6 done before: read for flow
     assert flow_neighbours((1,), present) == [2]
+
+
+def test_an_anamorphic_plates_vectors_are_in_its_stored_squeezed_pixels(tmp_path):
+    dx, dy = (int(v) for v in SHIFT)
+    pattern = write_moving_plate(
+        tmp_path / "plates", (1001, 1002), SMALL, (dx, dy), pixel_aspect=2.0
+    )
+    (job,) = _job(tmp_path, pattern, (1001, 1002), [(1001, 1002)], passes="motion,matte")
+    summary = process_chunk(job)
+    assert [f.status for f in summary.frames] == ["done", "done"]
+    channels = _exr_motion(job.paths.exr(1001))
+    assert np.median(channels["forward.u"][INNER]) == pytest.approx(dx, abs=0.1)  # not 2 dx
+    assert np.median(channels["forward.v"][INNER]) == pytest.approx(-dy, abs=0.1)
+    with OpenEXR.File(job.paths.exr(1001)) as exr:
+        assert exr.parts[0].header["pixelAspectRatio"] == pytest.approx(2.0)
+    (preview,) = [
+        o for o in summary.frames[0].outputs if (o.kind, o.pass_name) == ("preview", "motion")
+    ]
+    assert preview.shape[:2] == (144, 512)  # square pixels: the width desqueezed
