@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.summaries import FrameSummary
+from storage.errors import FrameError
 from tasks.frame_reading import FrameMotion, FrameReader, ReadFrame, failed
 from tasks.plate_flow import DEFAULT_FLOW, FlowSettings, flow_image, pair_motion
 
@@ -94,7 +95,7 @@ def _read_chunk_frame(
         read = reader.read(number, uri, summary)
     except Exception as exc:
         out.put(failed(summary, exc, uri))
-        return _Held(number, None, why=f"it could not be read ({summary.error})")
+        return _Held(number, None, why=summary.error or "")
     t0 = time.perf_counter()
     image = flow_image(read.rgb, settings)
     read.motion = FrameMotion()
@@ -104,9 +105,9 @@ def _read_chunk_frame(
 def _read_neighbour(reader: FrameReader, number: int, uri: str, settings: FlowSettings) -> _Held:
     try:
         rgb = reader.neighbour_rgb(number, uri)
-    except Exception as exc:
-        reason = str(exc) if str(exc).startswith(uri) else f"{type(exc).__name__}: {exc}"
-        return _Held(number, None, why=f"it could not be read ({reason})")
+    except Exception as exc:  # said as FrameError says it: the frame, its file, the reason
+        why = str(exc) if isinstance(exc, FrameError) else str(FrameError(uri, number, repr(exc)))
+        return _Held(number, None, why=why)
     return _Held(number, flow_image(rgb, settings))
 
 
@@ -123,9 +124,11 @@ def _link(before: _Held | None, after: _Held | None, settings: FlowSettings) -> 
         return
     if before.image is None or after.image is None:
         if before.image is None:
-            after.notes.append(f"zero backward motion: frame {before.number}: {before.why}")
+            after.notes.append(
+                f"zero backward motion: the previous frame is unreadable: {before.why}"
+            )
         if after.image is None:
-            before.notes.append(f"zero forward motion: frame {after.number}: {after.why}")
+            before.notes.append(f"zero forward motion: the next frame is unreadable: {after.why}")
         return
     t0 = time.perf_counter()
     pair = pair_motion(before.image, after.image, settings)

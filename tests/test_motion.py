@@ -143,8 +143,8 @@ def test_a_cut_and_an_unreadable_neighbour_give_zeros_on_that_side(runs):
     last = _exr_motion(job.paths.exr(1009))
     assert not last["forward.u"].any() and last["backward.u"].any()
     (note,) = notes[1009]
-    assert note.startswith("zero forward motion: frame 1010: it could not be read (")
-    assert "shift.1010.exr" in note
+    assert note.startswith("zero forward motion: the next frame is unreadable: frame 1010 (")
+    assert "shift.1010.exr): " in note
 
 
 def test_a_chunks_edges_give_the_vectors_of_its_middle(runs):
