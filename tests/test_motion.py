@@ -21,6 +21,7 @@ from storage.previews import motion_rgb
 from storage.zarr_store import read_stored_frame
 from tasks.chunk_job import flow_neighbours
 from tasks.chunk_worker import process_chunk
+from tasks.frame_motion import read_with_motion
 from tasks.frame_passes import finish_motion
 from tests.plates import write_moving_plate
 from tests.shot_helpers import SMALL, small_chunk_job, spec_data
@@ -219,3 +220,27 @@ def test_an_anamorphic_plates_vectors_are_in_its_stored_squeezed_pixels(tmp_path
         o for o in summary.frames[0].outputs if (o.kind, o.pass_name) == ("preview", "motion")
     ]
     assert preview.shape[:2] == (144, 512)  # square pixels: the width desqueezed
+
+
+def test_flow_at_a_reduced_size_is_scaled_to_plate_pixels_on_the_device(tmp_path, monkeypatch):
+    """Plates larger than the flow's size (here: flow at half the plate's size) get vectors
+    in plate pixels, not flow pixels."""
+    import tasks.chunk_worker as chunk_worker
+    from tasks.plate_flow import FlowSettings
+
+    half = FlowSettings(max_side=W // 2)
+    used = []
+
+    def at_half_size(*args, **kwargs):
+        used.append(half)
+        return read_with_motion(*args, **kwargs, settings=half)
+
+    monkeypatch.setattr(chunk_worker, "read_with_motion", at_half_size)
+    dx, dy = (int(v) for v in SHIFT)
+    pattern = write_moving_plate(tmp_path / "plates", (1001, 1002), SMALL, (2 * dx, 2 * dy))
+    (job,) = _job(tmp_path, pattern, (1001, 1002), [(1001, 1002)], passes="motion,matte")
+    process_chunk(job)
+    assert used == [half]
+    channels = _exr_motion(job.paths.exr(1001))
+    assert np.median(channels["forward.u"][INNER]) == pytest.approx(2 * dx, abs=0.2)
+    assert np.median(channels["forward.v"][INNER]) == pytest.approx(-2 * dy, abs=0.2)

@@ -76,6 +76,7 @@ def test_a_motion_shot_through_the_planner_the_cluster_and_the_catalog(tmp_path,
         scores = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")
         assert {s["pass_name"] for s in scores} == {"matte"}  # no QC metric for motion
 
+        assert Path(result.extras["contact_sheet_motion"]).is_file()  # from its previews
         script = parse(Path(result.extras["nuke_script"]).read_text())
         assert script.node("VectorBlur_motion").knobs["uv"] == "motion"
         assert script.node("Shuffle_motion").knobs["in"] == "motion"
