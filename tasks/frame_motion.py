@@ -46,7 +46,7 @@ class _Held:
     number: int
     image: np.ndarray | None
     read: ReadFrame | None = None
-    why: str = ""  # why there is no image
+    why: str = ""  # why there is no image: "is unreadable: ...", said of a neighbour
     flow_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -95,20 +95,24 @@ def _read_chunk_frame(
         read = reader.read(number, uri, summary)
     except Exception as exc:
         out.put(failed(summary, exc, uri))
-        return _Held(number, None, why=summary.error or "")
+        return _Held(number, None, why=f"is unreadable: {summary.error}")
     t0 = time.perf_counter()
-    image = flow_image(read.rgb, settings)
     read.motion = FrameMotion()
+    try:
+        image = flow_image(read.rgb, settings)
+    except Exception as exc:  # the frame goes on to the model, with zero motion, said
+        why = f"has no flow image ({exc!r})"
+        return _Held(number, None, read, why=why, notes=[f"zero motion: the frame {why}"])
     return _Held(number, image, read, flow_s=time.perf_counter() - t0)
 
 
 def _read_neighbour(reader: FrameReader, number: int, uri: str, settings: FlowSettings) -> _Held:
     try:
-        rgb = reader.neighbour_rgb(number, uri)
+        image = flow_image(reader.neighbour_rgb(number, uri), settings)
     except Exception as exc:  # said as FrameError says it: the frame, its file, the reason
-        why = str(exc) if isinstance(exc, FrameError) else str(FrameError(uri, number, repr(exc)))
-        return _Held(number, None, why=why)
-    return _Held(number, flow_image(rgb, settings))
+        error = exc if isinstance(exc, FrameError) else FrameError(uri, number, repr(exc))
+        return _Held(number, None, why=f"is unreadable: {error}")
+    return _Held(number, image)
 
 
 def _link(before: _Held | None, after: _Held | None, settings: FlowSettings) -> None:
@@ -122,19 +126,24 @@ def _link(before: _Held | None, after: _Held | None, settings: FlowSettings) -> 
         if after is not None:
             after.notes.append(_no_neighbour(after.number - 1, "backward"))
         return
-    if before.image is None or after.image is None:
-        if before.image is None:
-            after.notes.append(
-                f"zero backward motion: the previous frame is unreadable: {before.why}"
-            )
-        if after.image is None:
-            before.notes.append(f"zero forward motion: the next frame is unreadable: {after.why}")
+    if before.image is None or after.image is None:  # (a frame without its own image has
+        if after.image is not None:  # its own note already)
+            after.notes.append(f"zero backward motion: the previous frame {before.why}")
+        if before.image is not None:
+            before.notes.append(f"zero forward motion: the next frame {after.why}")
         return
     t0 = time.perf_counter()
-    pair = pair_motion(before.image, after.image, settings)
-    share = (time.perf_counter() - t0) / 2
-    before.flow_s += share
-    after.flow_s += share
+    try:
+        pair = pair_motion(before.image, after.image, settings)
+    except Exception as exc:  # neither frame fails for it: zero motion between them, said
+        why = f"the flow between frames {before.number} and {after.number} failed ({exc!r})"
+        before.notes.append(f"zero forward motion: {why}")
+        after.notes.append(f"zero backward motion: {why}")
+        return
+    finally:
+        share = (time.perf_counter() - t0) / 2
+        before.flow_s += share
+        after.flow_s += share
     if pair.cut:
         why = (
             f"a cut between frames {before.number} and {after.number} (luma histogram "

@@ -244,3 +244,54 @@ def test_flow_at_a_reduced_size_is_scaled_to_plate_pixels_on_the_device(tmp_path
     channels = _exr_motion(job.paths.exr(1001))
     assert np.median(channels["forward.u"][INNER]) == pytest.approx(2 * dx, abs=0.2)
     assert np.median(channels["forward.v"][INNER]) == pytest.approx(-2 * dy, abs=0.2)
+
+
+def test_a_flow_that_fails_gives_zeros_and_notes_and_every_frame_goes_on(tmp_path, monkeypatch):
+    """The reader alone (no model): a pair whose flow raises, and a frame whose flow image
+    cannot be made, are said in the frames' notes; no frame is lost or failed for it."""
+    import queue
+
+    import tasks.frame_motion as frame_motion
+    from storage.location import Location
+    from tasks.colour import ColourConversion
+    from tasks.frame_reading import FrameReader
+
+    pattern = write_moving_plate(tmp_path, (1001, 1002, 1003, 1004), SMALL, (2, 1))
+    spec = parse_spec(spec_data(pattern, tmp_path / "out", passes="motion,matte"))
+    reader = FrameReader(spec, ColourConversion("lin_rec709"), (H, W), [], plate=Location(pattern))
+    real_pair, real_image = frame_motion.pair_motion, frame_motion.flow_image
+
+    made: list[np.ndarray] = []  # the flow images, in frame order
+
+    def image(rgb, settings):
+        if len(made) == 3:  # the fourth frame's
+            raise MemoryError("no room")
+        made.append(real_image(rgb, settings))
+        return made[-1]
+
+    def pair(a, b, settings):
+        if a is made[1]:  # frame 1002 to 1003
+            raise RuntimeError("DIS broke")
+        return real_pair(a, b, settings)
+
+    monkeypatch.setattr(frame_motion, "pair_motion", pair)
+    monkeypatch.setattr(frame_motion, "flow_image", image)
+    out: queue.Queue = queue.Queue()
+    uri = {f: pattern.replace("####", str(f)) for f in (1001, 1002, 1003, 1004)}
+    frames = [(f, uri[f], None) for f in (1001, 1002, 1003, 1004)]
+    read_with_motion(reader, frames, out, neighbours={})
+    reads = []
+    while (item := out.get()) is not None:
+        reads.append(item)
+    assert [r.number for r in reads] == [1001, 1002, 1003, 1004]
+    notes = {r.number: r.summary.notes for r in reads}
+    assert reads[0].motion.forward is not None and reads[1].motion.backward is not None
+    assert reads[1].motion.forward is None and reads[2].motion.backward is None
+    assert "zero forward motion: the flow between frames 1002 and 1003 failed" in notes[1002][0]
+    assert "zero backward motion: the flow between frames 1002 and 1003 failed" in notes[1003][0]
+    assert (
+        notes[1003][1]
+        == "zero forward motion: the next frame has no flow image (MemoryError('no room'))"
+    )
+    assert notes[1004][0] == "zero motion: the frame has no flow image (MemoryError('no room'))"
+    assert all(r.summary.status == "done" for r in reads)
