@@ -131,6 +131,11 @@ def test_a_checkpoint_for_a_pass_made_from_another_is_refused(home, plate, tmp_p
     assert_refused(result, "parts has no checkpoint of its own", "seg=FILE")
 
 
+def test_passes_that_run_no_model_alone_are_refused(home, plate):
+    result = submit(plate, "--passes", "motion")
+    assert_refused(result, "passes motion run no model", "--passes motion,normal")
+
+
 def test_an_unknown_model_size_is_refused(home, plate):
     result = submit(plate, "--model-size", "3b")
     assert_refused(result, "unknown model size '3b'", "tiny")
