@@ -42,7 +42,13 @@ from tasks.checkpoints import seg_class_names
 from tasks.chunk_job import ChunkJob
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame, preview_hw_of
-from tasks.frame_passes import NONFINITE_PREFIX, PREVIEW_PREFIX, finish_pass, preview_sized
+from tasks.frame_passes import (
+    NONFINITE_PREFIX,
+    PREVIEW_PREFIX,
+    finish_motion,
+    finish_pass,
+    preview_sized,
+)
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import pick_device
@@ -281,12 +287,25 @@ class _Stabilising:
                     class_names=self.classes,
                 )
             )
+        if any(pass_table.BY_NAME[n].values == "motion" for n in self.spec.passes):
+            arrays.update(self._motion(out, preview_hw))
         if self.posed and preview_hw is not None:
             rgb = torch.from_numpy(read.rgb).to(self.device).permute(2, 0, 1)
             arrays[PREVIEW_PREFIX + "plate"] = preview_sized(rgb, preview_hw)
         host = {k: v.cpu().numpy() for k, v in arrays.items()}
         read.summary.timings["stabilise"] = time.perf_counter() - t0
         return host
+
+    def _motion(
+        self, out: StabilisedFrame, preview_hw: tuple[int, int] | None
+    ) -> dict[str, Tensor]:
+        """The stabiliser's plate-pixel flow to each neighbour as the motion pass (zero on a
+        side with a cut, a hole or the end of the frames), finished as the chunk worker's."""
+        height, width = self.job.frame_hw
+        zero = torch.zeros((height, width, 2), dtype=torch.float32, device=self.device)
+        forward = out.forward if out.forward is not None else zero
+        backward = out.backward if out.backward is not None else zero
+        return finish_motion(forward, backward, preview_hw=preview_hw)
 
 
 def _as_stored(

@@ -26,7 +26,7 @@ from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
 
 pytestmark = pytest.mark.timeout(600)
 FRAMES = [1001, 1002, 1003, 1004, 1005, 1006]
-PASSES = "normal,matte,seg,parts"
+PASSES = "normal,matte,seg,parts,motion"
 
 client = pytest.fixture(scope="module")(local_client)
 
@@ -69,6 +69,9 @@ def test_the_stabilised_version_lies_beside_the_per_frame_one(shot):
         assert np.allclose(np.linalg.norm(normals, axis=0), 1.0, atol=2e-3)
         assert after["matte.A"].min() >= 0.0 and after["matte.A"].max() <= 1.0
         assert not np.array_equal(before["N.x"], after["N.x"])  # fused, not copied
+        for channel in ("forward.u", "forward.v", "backward.u", "backward.v"):
+            # the stabiliser's own flow, the same as the chunk worker's
+            assert np.array_equal(before[channel], after[channel]), channel
 
 
 def test_labels_and_cryptomatte_come_from_one_fused_thing(shot):
