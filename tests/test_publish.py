@@ -1,0 +1,221 @@
+"""Publishing a completed job (publish/): what a publish makes, its catalog record, and
+ShotGrid through its own test double (shotgun_api3's mockgun, with the schema of
+tests/data/shotgrid): Toolkit's Version and PublishedFile fields, no duplicate on a second
+publish, a new Version for a new version, and the faults (tracker down, shot or project
+missing, job not complete) recorded pending or refused by name. Tiny UNTRAINED models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.common import free_port
+from publish.errors import PublishRefused, TrackerLoginRefused
+from publish.item import item_for_job
+from publish.run import publish_job, publish_pending
+from publish.shotgrid import ShotGridTracker, _translated
+from schemas.catalog import queries
+from tests.publish_helpers import catalog_of, in_process_client, mockgun, run_shot
+from tests.shot_helpers import settings_for
+
+pytestmark = pytest.mark.timeout(300)
+
+client = pytest.fixture(scope="module")(in_process_client)
+
+
+@pytest.fixture(scope="module")
+def shot(tmp_path_factory, client):
+    """One home with jobs of v001 and v002 of demo/sq010/sh010."""
+    home = tmp_path_factory.mktemp("publish")
+    os.environ.pop("SVFX_PUBLISH", None)
+    v1, root1 = run_shot(home, client, "v001")
+    v2, root2 = run_shot(home, client, "v002")
+    return home, {"v001": (v1, root1), "v002": (v2, root2)}
+
+
+def _settings(home: Path, **extra):
+    return settings_for(home, publish_create=True, **extra)
+
+
+def test_what_a_publish_of_a_completed_job_makes(shot) -> None:
+    home, jobs = shot
+    job_id, root = jobs["v001"]
+    item = item_for_job(catalog_of(_settings(home)).engine, job_id, _settings(home))
+    name = "sh010_sapiens2_v001"
+    assert (item.show, item.sequence, item.shot, item.code) == ("demo", "sq010", "sh010", name)
+    assert (item.first_frame, item.last_frame, item.version_number) == (1001, 1004, 1)
+    assert item.review_pass == "normal" and item.untrained == ["normal"]
+    assert item.movie.uri == f"{root}/review/{name}_normal.mp4"
+    assert item.thumbnail.uri == f"{root}/previews/{name}_normal_contact.jpg"
+    files = {f.kind: f.path for f in item.files}
+    assert files == {
+        "exr": f"{root}/{name}.%04d.exr",
+        "zarr": f"{root}/{name}.zarr",
+        "nuke": f"{root}/{name}.nk",
+    }
+    lines = item.comment.splitlines()
+    assert lines[0].startswith("UNTRAINED models (random weights) for normal")
+    assert "passes normal" in item.comment and "frames 1001-1004 (4 frames)" in item.comment
+    assert any(line.startswith("model normal: sapiens2 ") and "untrained" in line for line in lines)
+
+
+def test_shotgrid_version_and_published_files_with_toolkit_fields(shot) -> None:
+    home, jobs = shot
+    job_id, root = jobs["v001"]
+    settings = _settings(home)
+    catalog = catalog_of(settings)
+    sg = mockgun()
+    tracker = ShotGridTracker(sg, "mock")
+    outcome = publish_job(catalog, job_id, settings, tracker=tracker, again=True)
+    assert outcome.status == "published", outcome.reason
+    name = "sh010_sapiens2_v001"
+    version = sg.find_one(
+        "Version",
+        [["code", "is", name]],
+        ["entity", "sg_task", "sg_path_to_frames", "sg_first_frame", "sg_last_frame",
+         "sg_path_to_movie", "description", "frame_range"],
+    )  # fmt: skip
+    shot_entity = sg.find_one("Shot", [["code", "is", "sh010"]], ["sg_sequence"])
+    assert version["entity"]["id"] == shot_entity["id"]
+    assert (
+        sg.find_one("Task", [["id", "is", version["sg_task"]["id"]]], ["content"])["content"]
+        == "Sapiens"
+    )
+    assert version["sg_path_to_frames"] == f"{root}/{name}.%04d.exr"
+    assert (version["sg_first_frame"], version["sg_last_frame"]) == (1001, 1004)
+    assert version["frame_range"] == "1001-1004"
+    assert version["sg_path_to_movie"] == f"{root}/review/{name}_normal.mp4"
+    assert "UNTRAINED" in version["description"] and "passes normal" in version["description"]
+    uploads = {field: data for _t, _id, field, _p, data in sg.uploads}
+    assert uploads["sg_uploaded_movie"] == Path(version["sg_path_to_movie"]).read_bytes()
+    sheet = Path(f"{root}/previews/{name}_normal_contact.jpg").read_bytes()
+    assert uploads["image"] == sheet
+    published = sg.find(
+        "PublishedFile",
+        [["version", "is", {"type": "Version", "id": version["id"]}]],
+        ["code", "name", "path", "published_file_type", "version_number", "entity", "task"],
+    )
+    by_type = {
+        sg.find_one("PublishedFileType", [["id", "is", p["published_file_type"]["id"]]], ["code"])[
+            "code"
+        ]: p
+        for p in published
+    }
+    assert set(by_type) == {"EXR Sequence", "Zarr Store", "Nuke Script"}
+    assert by_type["EXR Sequence"]["path"]["local_path"] == f"{root}/{name}.%04d.exr"
+    assert by_type["Zarr Store"]["path"]["local_path"] == f"{root}/{name}.zarr"
+    assert by_type["Nuke Script"]["path"]["local_path"] == f"{root}/{name}.nk"
+    assert {p["version_number"] for p in published} == {1}
+    assert {p["entity"]["id"] for p in published} == {shot_entity["id"]}
+    record = queries.job_publishes(catalog.engine, job_id)
+    assert [(r["tracker"], r["status"], r["code"]) for r in record] == [
+        ("shotgrid", "published", name)
+    ]
+    assert record[0]["entity_ids"]["version"] == version["id"]
+    assert sorted(record[0]["entity_ids"]["published_files"]) == sorted(p["id"] for p in published)
+
+    # the same job again: nothing new, at the catalog or at the tracker
+    assert publish_job(catalog, job_id, settings, tracker=tracker).status == "already published"
+    again = publish_job(catalog, job_id, settings, tracker=tracker, again=True)
+    assert again.entity_ids == outcome.entity_ids
+    assert len(sg.find("Version", [])) == 1 and len(sg.find("PublishedFile", [])) == 3
+    assert len(sg.uploads) == 2
+
+    # a new version of the shot: a new Version, files with its number
+    job2, _root2 = jobs["v002"]
+    second = publish_job(catalog, job2, settings, tracker=tracker)
+    assert second.status == "published"
+    assert second.entity_ids["version"] != outcome.entity_ids["version"]
+    assert second.entity_ids["shot"] == outcome.entity_ids["shot"]
+    codes = sorted(v["code"] for v in sg.find("Version", [], ["code"]))
+    assert codes == [name, "sh010_sapiens2_v002"]
+    numbers = {p["version_number"] for p in sg.find("PublishedFile", [], ["version_number"])}
+    assert numbers == {1, 2}
+
+
+def test_a_shot_missing_in_shotgrid_is_refused_by_name_then_retried(shot) -> None:
+    home, jobs = shot
+    job_id, _ = jobs["v001"]
+    settings = settings_for(home, publish_create=False)
+    catalog = catalog_of(settings)
+    sg = mockgun()
+    tracker = ShotGridTracker(sg, "mock")
+    outcome = publish_job(catalog, job_id, settings, tracker=tracker, again=True)
+    assert outcome.status == "pending"
+    assert "no Sequence 'sq010' for demo/sq010/sh010" in outcome.reason
+    assert "SVFX_PUBLISH_CREATE" in outcome.reason
+    assert sg.find("Version", []) == []
+    pending = queries.pending_publishes(catalog.engine, "shotgrid")
+    assert [(p["job_id"], p["reason"]) for p in pending] == [(job_id, outcome.reason)]
+
+    project = {"type": "Project", "id": sg.find_one("Project", [])["id"]}
+    seq = sg.create("Sequence", {"project": project, "code": "sq010"})
+    shot_entity = sg.create(
+        "Shot",
+        {"project": project, "code": "sh010", "sg_sequence": {"type": "Sequence", "id": seq["id"]}},
+    )
+    sg.create("Task", {"project": project, "content": "Sapiens",
+                       "entity": {"type": "Shot", "id": shot_entity["id"]}})  # fmt: skip
+    retried = publish_pending(catalog, settings, tracker=tracker)
+    assert [(o.job_id, o.status) for o in retried] == [(job_id, "published")]
+    assert retried[0].entity_ids["shot"] == shot_entity["id"]
+    assert queries.pending_publishes(catalog.engine) == []
+    assert queries.job_publishes(catalog.engine, job_id)[0]["attempts"] >= 2
+
+
+def test_a_project_the_tracker_lacks_is_refused_by_name(shot) -> None:
+    home, jobs = shot
+    settings = _settings(home)
+    catalog = catalog_of(settings)
+    sg = mockgun(project="another_show")
+    outcome = publish_job(
+        catalog, jobs["v002"][0], settings, tracker=ShotGridTracker(sg, "mock"), again=True
+    )
+    assert outcome.status == "pending"
+    assert outcome.reason == "ShotGrid at mock has no project named 'demo'"
+    assert sg.find("Sequence", []) == [] and sg.find("Shot", []) == []
+
+
+def test_shotgrid_down_leaves_the_publish_pending_without_the_secret(shot) -> None:
+    home, jobs = shot
+    key = "s3cr3t-key-value"
+    settings = settings_for(
+        home,
+        publish="shotgrid",
+        shotgrid_url=f"http://127.0.0.1:{free_port()}",
+        shotgrid_script="svfx",
+        shotgrid_script_key=key,
+        publish_timeout_s=2,
+    )
+    catalog = catalog_of(settings)
+    outcome = publish_job(catalog, jobs["v002"][0], settings, again=True)
+    assert outcome.status == "pending"
+    assert outcome.reason.startswith(f"ShotGrid at {settings.shotgrid_url} is not reachable")
+    assert key not in outcome.reason
+    record = queries.job_publishes(catalog.engine, jobs["v002"][0])
+    assert any(r["status"] == "pending" and key not in repr(r) for r in record)
+
+
+def test_a_login_shotgrid_refuses_names_the_settings_not_the_key() -> None:
+    from shotgun_api3 import AuthenticationFault
+
+    key = "k-123-secret"
+    exc = _translated(AuthenticationFault(f"Can't authenticate script 'svfx' ({key})"), "site", key)
+    assert isinstance(exc, TrackerLoginRefused)
+    assert "SVFX_SHOTGRID_SCRIPT_KEY" in exc.message and key not in exc.message
+
+
+def test_a_job_that_is_not_complete_is_refused_saying_what_is_missing(shot) -> None:
+    home, _jobs = shot
+    from tests.catalog_fixtures import make_plate, make_spec
+
+    settings = _settings(home)
+    catalog = catalog_of(settings)
+    spec = make_spec(home, shot="sh0099")
+    job_id = catalog.register_job(spec, make_plate(spec, range(1001, 1005)), None)
+    with pytest.raises(PublishRefused, match=rf"job {job_id} \(.*sh0099\) is (queued|running)"):
+        publish_job(catalog, job_id, settings, tracker=ShotGridTracker(mockgun(), "mock"))
+    with pytest.raises(PublishRefused, match="the catalog has no job 999999"):
+        publish_job(catalog, 999999, settings, tracker=ShotGridTracker(mockgun(), "mock"))
