@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from core.errors import SvfxError
 
-from . import cuts, operations, scan, submit
+from . import cuts, operations, publish, scan, submit
 from .catalog import catalog_app
 from .console import err
 from .models import models_app
@@ -31,6 +31,7 @@ app.command()(operations.cluster)
 app.command()(operations.worker)
 app.command()(scan.scan)
 app.command("submit-edit")(cuts.submit_edit)
+app.command()(publish.publish)
 app.command()(operations.serve)
 app.command()(operations.api)
 app.command()(operations.demo)

@@ -219,3 +219,53 @@ def test_a_job_that_is_not_complete_is_refused_saying_what_is_missing(shot) -> N
         publish_job(catalog, job_id, settings, tracker=ShotGridTracker(mockgun(), "mock"))
     with pytest.raises(PublishRefused, match="the catalog has no job 999999"):
         publish_job(catalog, 999999, settings, tracker=ShotGridTracker(mockgun(), "mock"))
+
+
+def test_a_job_completes_with_its_tracker_down_then_svfx_publish_pending(
+    tmp_path, client, monkeypatch
+) -> None:
+    """SVFX_PUBLISH set and ShotGrid away while a job completes: the job is complete, the
+    publish pending with the reason; `svfx publish --pending` says so again (exit 2) while it
+    is away, and publishes once it answers; `svfx catalog publishes` shows it."""
+    from typer.testing import CliRunner
+
+    import publish.shotgrid as shotgrid
+    from cli.main import app
+
+    key = "very-secret-key"
+    env = {
+        "SVFX_HOME": str(tmp_path),
+        "SVFX_ALLOWED_ROOTS": str(tmp_path),
+        "SVFX_PUBLISH": "shotgrid",
+        "SVFX_PUBLISH_CREATE": "true",
+        "SVFX_SHOTGRID_URL": f"http://127.0.0.1:{free_port()}",
+        "SVFX_SHOTGRID_SCRIPT": "svfx",
+        "SVFX_SHOTGRID_SCRIPT_KEY": key,
+        "SVFX_PUBLISH_TIMEOUT_S": "2",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    job_id, _root = run_shot(tmp_path, client)
+    catalog = catalog_of(settings_for(tmp_path))
+    assert queries.job(catalog.engine, job_id)["status"] == "complete"
+    [record] = queries.job_publishes(catalog.engine, job_id)
+    assert record["status"] == "pending" and "is not reachable" in record["reason"]
+    assert key not in repr(record)
+
+    runner = CliRunner()
+    away = runner.invoke(app, ["publish", "--pending"])
+    assert away.exit_code == 2, away.output
+    assert f"job {job_id} pending on shotgrid: ShotGrid at" in away.output
+    assert key not in away.output
+
+    sg = mockgun()
+    monkeypatch.setattr(shotgrid, "connect", lambda _settings: shotgrid.ShotGridTracker(sg, "mock"))
+    back = runner.invoke(app, ["publish", "--pending", "--json"])
+    assert back.exit_code == 0, back.output
+    assert '"status": "published"' in back.output
+    assert [v["code"] for v in sg.find("Version", [], ["code"])] == ["sh010_sapiens2_v001"]
+    again = runner.invoke(app, ["publish", "--shot", "demo/sq010/sh010", "--version", "v001"])
+    assert again.exit_code == 0 and "already published" in again.output
+    listed = runner.invoke(app, ["catalog", "publishes", "demo", "--json"])
+    assert '"tracker": "shotgrid"' in listed.output and '"status": "published"' in listed.output
+    assert len(sg.find("Version", [])) == 1
