@@ -269,3 +269,29 @@ def test_a_job_completes_with_its_tracker_down_then_svfx_publish_pending(
     listed = runner.invoke(app, ["catalog", "publishes", "demo", "--json"])
     assert '"tracker": "shotgrid"' in listed.output and '"status": "published"' in listed.output
     assert len(sg.find("Version", [])) == 1
+
+
+def test_the_api_and_the_shot_page_show_what_was_published_where(shot) -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    home, jobs = shot
+    settings = _settings(home)
+    catalog = catalog_of(settings)
+    sg = mockgun()
+    publish_job(catalog, jobs["v001"][0], settings, tracker=ShotGridTracker(sg, "mock"), again=True)
+    http = TestClient(create_app(settings, engine=catalog.engine))
+    body = http.get("/api/shots/demo/sq010/sh010/publishes").json()
+    published = [p for p in body["items"] if p["status"] == "published"]
+    assert published and published[0]["tracker"] == "shotgrid"
+    assert published[0]["code"] == "sh010_sapiens2_v001" and published[0]["published_at"]
+    version_id = published[0]["entity_ids"]["version"]
+    assert version_id == sg.find_one("Version", [["code", "is", "sh010_sapiens2_v001"]])["id"]
+    pending = http.get("/api/shots/demo/sq010/sh010/publishes?status=pending").json()
+    assert all(p["status"] == "pending" and p["reason"] for p in pending["items"])
+    detail = http.get("/api/shots/demo/sq010/sh010").json()
+    assert {p["id"] for p in detail["publishes"]} >= {published[0]["id"]}
+    page = http.get("/shots/demo/sq010/sh010").text
+    assert "Published to trackers" in page and "sh010_sapiens2_v001" in page
+    assert f"version {version_id}" in page
