@@ -109,8 +109,7 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 def ffmpeg_dir(folder: Path) -> Path | None:
-    """A folder with ffmpeg and ffprobe for zou's PATH: the system's, or None (movies are
-    then refused by zou)."""
+    """A folder with the system's ffmpeg and ffprobe for zou's PATH, or None."""
     ffmpeg, ffprobe = shutil.which("ffmpeg"), shutil.which("ffprobe")
     if not ffmpeg or not ffprobe:
         return None
@@ -139,6 +138,8 @@ def kitsu_server() -> Iterator[KitsuServer]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         tools = ffmpeg_dir(folder / "bin")
+        if tools is None:
+            pytest.skip("ffmpeg and ffprobe are not installed (Debian: ffmpeg): zou needs them")
         path = os.pathsep.join(
             p for p in (str(tools or ""), str(venv / "bin"), "/usr/bin", "/bin") if p
         )
