@@ -173,6 +173,18 @@ def _translated(exc: Exception, where: str, password: str | None) -> Exception:
     return exc
 
 
+def _bounded(session: Any, timeout_s: float) -> None:
+    """Every request of the session waits at most ``timeout_s`` to connect and between bytes
+    (gazu sets no timeout: a Kitsu that stops answering would hold the job that publishes)."""
+    request = session.request
+
+    def with_timeout(method: str, url: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("timeout", timeout_s)
+        return request(method, url, **kwargs)
+
+    session.request = with_timeout
+
+
 def connect(settings: Settings) -> KitsuTracker:
     """A gazu client of its own, logged in."""
     missing = [
@@ -200,6 +212,7 @@ def connect(settings: Settings) -> KitsuTracker:
         raise PublishRefused("publishing to Kitsu needs its client: pip install gazu") from None
     host = str(settings.kitsu_host).rstrip("/")
     client = gazu.client.create_client(host)
+    _bounded(client.session, settings.publish_timeout_s)
     try:
         gazu.log_in(settings.kitsu_email, password, client=client)
     except Exception as exc:

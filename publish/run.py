@@ -66,7 +66,8 @@ def publish_job(
     try:
         tracker = tracker or open_tracker(settings, name)
         published = tracker.publish(item)
-    except (TrackerUnavailable, TrackerRefused) as exc:
+    except (TrackerUnavailable, TrackerRefused, PublishRefused) as exc:
+        # a setting missing is recorded too: --pending retries it once it is set
         catalog.record_publish(job_id, name, code=item.code, reason=exc.message)
         log.warning("publish of job %d to %s pending: %s", job_id, name, exc.message)
         outcome = PublishOutcome(job_id, name, "pending", item.code, reason=exc.message)
@@ -83,22 +84,22 @@ def publish_pending(
     """Every pending publish (of ``tracker`` when given) tried again, oldest first; each
     tracker is connected once."""
     opened: dict[str, Tracker] = {tracker.name: tracker} if tracker is not None else {}
+    failed: dict[str, str] = {}  # trackers that cannot be opened: why
     outcomes = []
     for pending in queries.pending_publishes(catalog.engine, tracker.name if tracker else None):
-        name = pending["tracker"]
-        if name not in opened:
+        job_id, name = pending["job_id"], pending["tracker"]
+        if name not in opened and name not in failed:
             try:
                 opened[name] = open_tracker(settings, name)
             except (TrackerUnavailable, PublishRefused) as exc:
-                catalog.record_publish(pending["job_id"], name, code=pending["code"],
-                                       reason=exc.message)  # fmt: skip
-                outcomes.append(
-                    PublishOutcome(
-                        pending["job_id"], name, "pending", pending["code"], reason=exc.message
-                    )
-                )
-                continue
-        outcomes.append(publish_job(catalog, pending["job_id"], settings, tracker=opened[name]))
+                failed[name] = exc.message
+        if name in failed:
+            catalog.record_publish(job_id, name, code=pending["code"], reason=failed[name])
+            outcomes.append(
+                PublishOutcome(job_id, name, "pending", pending["code"], reason=failed[name])
+            )
+            continue
+        outcomes.append(publish_job(catalog, job_id, settings, tracker=opened[name]))
     return outcomes
 
 

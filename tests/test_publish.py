@@ -295,3 +295,24 @@ def test_the_api_and_the_shot_page_show_what_was_published_where(shot) -> None:
     page = http.get("/shots/demo/sq010/sh010").text
     assert "Published to trackers" in page and "sh010_sapiens2_v001" in page
     assert f"version {version_id}" in page
+
+
+def test_a_tracker_setting_missing_is_named_and_the_publish_left_pending(shot, tmp_path) -> None:
+    home, jobs = shot
+    settings = settings_for(home, publish="kitsu", kitsu_host="http://127.0.0.1:9")
+    catalog = catalog_of(settings)
+    outcome = publish_job(catalog, jobs["v001"][0], settings, again=True)
+    assert outcome.status == "pending"
+    assert outcome.reason == (
+        "publishing to Kitsu needs SVFX_KITSU_EMAIL, SVFX_KITSU_PASSWORD "
+        "(or SVFX_KITSU_PASSWORD_FILE)"
+    )
+    missing = tmp_path / "no-such-file"
+    settings = settings_for(
+        home, publish="shotgrid", shotgrid_url="https://x", shotgrid_script="s",
+        shotgrid_script_key_file=missing,
+    )  # fmt: skip
+    outcome = publish_job(catalog, jobs["v001"][0], settings, again=True)
+    assert outcome.reason == (
+        f"SVFX_SHOTGRID_SCRIPT_KEY_FILE {missing}: cannot be read (No such file or directory)"
+    )
