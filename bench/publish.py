@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def kitsu(catalog: Any, job: int, settings: Settings, repeat: int) -> None:
     import gazu
+    from pydantic import SecretStr
 
     from publish.kitsu import connect
     from tests.kitsu_server import kitsu_server
@@ -95,7 +96,11 @@ def kitsu(catalog: Any, job: int, settings: Settings, repeat: int) -> None:
         gazu.log_in(k.email, k.password, client=admin)
         gazu.project.new_project("demo", production_style="vfx", client=admin)
         use = settings.model_copy(
-            update={"kitsu_host": k.host, "kitsu_email": k.email, "kitsu_password": k.password}
+            update={
+                "kitsu_host": k.host,
+                "kitsu_email": k.email,
+                "kitsu_password": SecretStr(k.password),
+            }
         )
         login_s, tracker = timed(lambda: connect(use), 1)
         first_s, outcome = timed(lambda: publish_job(catalog, job, use, tracker=tracker,
