@@ -4,6 +4,7 @@ recorded: `publish/`."""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 import typer
@@ -25,10 +26,13 @@ def publish(
         str | None, typer.Option(help="SHOW/SEQ/SHOT: its newest job of --version")
     ] = None,
     version: Annotated[str, typer.Option(help="the output version, with --shot")] = "v001",
-    pending: Annotated[bool, typer.Option(help="try every pending publish again")] = False,
+    pending: Annotated[
+        bool, typer.Option("--pending", help="try every pending publish again")
+    ] = False,
     tracker: TrackerOpt = None,
     again: Annotated[
-        bool, typer.Option(help="publish even if the catalog says it was (finds, adds nothing)")
+        bool,
+        typer.Option("--again", help="publish even if the catalog says it was (adds nothing)"),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
@@ -40,6 +44,7 @@ def publish(
     from schemas.catalog import open_catalog, queries
 
     settings = get_settings()
+    logging.getLogger("svfx.publish").setLevel(logging.ERROR)  # the report below says it
     if tracker is not None:
         if tracker not in tracker_names():
             raise fail(f"--tracker must be {' or '.join(tracker_names())}, not {tracker!r}")
@@ -73,8 +78,12 @@ def _report(outcomes: list[dict[str, Any]], as_json: bool) -> None:
         print_json(outcomes)
     else:
         for o in outcomes:
-            o["ids"] = o["entity_ids"]
-        table(outcomes, ["job_id", "tracker", "status", "code", "ids"])
+            ids = o["entity_ids"]
+            o["version"] = (
+                f"Version {ids['version']}" if "version" in ids
+                else f"revision {ids['revision']}" if ids.get("revision") else ""
+            )  # fmt: skip
+        table(outcomes, ["job_id", "tracker", "status", "code", "version"])
         for o in outcomes:
             if o["status"] == "pending":
                 console.print(

@@ -23,16 +23,16 @@ from tests.shot_helpers import settings_for
 pytestmark = pytest.mark.timeout(300)
 
 client = pytest.fixture(scope="module")(in_process_client)
+VERSIONS = ("v001", "v002", "v003", "v004")
 
 
 @pytest.fixture(scope="module")
 def shot(tmp_path_factory, client):
-    """One home with jobs of v001 and v002 of demo/sq010/sh010."""
+    """One home with a job of each of VERSIONS of demo/sq010/sh010 (v003 and v004 for the
+    tests of a publish that does not go through: none published before)."""
     home = tmp_path_factory.mktemp("publish")
     os.environ.pop("SVFX_PUBLISH", None)
-    v1, root1 = run_shot(home, client, "v001")
-    v2, root2 = run_shot(home, client, "v002")
-    return home, {"v001": (v1, root1), "v002": (v2, root2)}
+    return home, {version: run_shot(home, client, version) for version in VERSIONS}
 
 
 def _settings(home: Path, **extra):
@@ -137,7 +137,7 @@ def test_shotgrid_version_and_published_files_with_toolkit_fields(shot) -> None:
 
 def test_a_shot_missing_in_shotgrid_is_refused_by_name_then_retried(shot) -> None:
     home, jobs = shot
-    job_id, _ = jobs["v001"]
+    job_id, _ = jobs["v003"]
     settings = settings_for(home, publish_create=False)
     catalog = catalog_of(settings)
     sg = mockgun()
@@ -190,12 +190,19 @@ def test_shotgrid_down_leaves_the_publish_pending_without_the_secret(shot) -> No
         publish_timeout_s=2,
     )
     catalog = catalog_of(settings)
-    outcome = publish_job(catalog, jobs["v002"][0], settings, again=True)
+    outcome = publish_job(catalog, jobs["v004"][0], settings, again=True)
     assert outcome.status == "pending"
     assert outcome.reason.startswith(f"ShotGrid at {settings.shotgrid_url} is not reachable")
     assert key not in outcome.reason
-    record = queries.job_publishes(catalog.engine, jobs["v002"][0])
-    assert any(r["status"] == "pending" and key not in repr(r) for r in record)
+    [record] = queries.job_publishes(catalog.engine, jobs["v004"][0])
+    assert record["status"] == "pending" and record["reason"] == outcome.reason
+    assert key not in repr(record)
+
+    # a failed attempt never undoes a publish that was made
+    published = publish_job(catalog, jobs["v001"][0], settings, again=True)
+    assert published.status == "pending"
+    [kept] = queries.job_publishes(catalog.engine, jobs["v001"][0])
+    assert kept["status"] == "published" and kept["reason"] is None and kept["entity_ids"]
 
 
 def test_a_login_shotgrid_refuses_names_the_settings_not_the_key() -> None:

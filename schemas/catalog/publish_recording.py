@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, case
 
 from schemas.catalog import models as m
 from schemas.catalog.transactions import CatalogTransactions
@@ -29,8 +29,9 @@ class PublishRecording(CatalogTransactions):
         reason: str | None = None,
     ) -> str:
         """A publish of the job to ``tracker``: ``published`` with the tracker's entity ids,
-        or ``pending`` with ``reason`` when ``reason`` is given (the ids found so far are
-        kept). Returns the status recorded."""
+        or ``pending`` with ``reason`` when ``reason`` is given. A failed attempt never undoes
+        a publish that was made (the row stays published, with its ids). Returns the status
+        asked for."""
         status = "pending" if reason is not None else "published"
         now = m.utcnow()
 
@@ -51,15 +52,18 @@ class PublishRecording(CatalogTransactions):
                 "published_at": None if reason is not None else now,
             }
             update: dict[str, Any] = {
-                "status": ins.excluded.status,
-                "code": ins.excluded.code,
-                "reason": ins.excluded.reason,
                 "attempts": PUBLISHES.c.attempts + 1,
                 "updated_at": ins.excluded.updated_at,
             }
-            if reason is None:  # a pending attempt keeps what an earlier one found
-                update["entity_ids"] = ins.excluded.entity_ids
-                update["published_at"] = ins.excluded.published_at
+            if reason is None:
+                update.update(
+                    {key: ins.excluded[key] for key in
+                     ("status", "code", "reason", "entity_ids", "published_at")}
+                )  # fmt: skip
+            else:  # a publish that was made stays published; a pending one learns why
+                was_published = PUBLISHES.c.status == "published"
+                update["status"] = case((was_published, PUBLISHES.c.status), else_="pending")
+                update["reason"] = case((was_published, PUBLISHES.c.reason), else_=reason)
             conn.execute(
                 ins.values(**values).on_conflict_do_update(
                     index_elements=["job_id", "tracker"], set_=update
