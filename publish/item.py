@@ -124,13 +124,19 @@ def item_for_job(engine: Engine, job_id: int, settings: Settings) -> PublishItem
         first_frame=frames[0],
         last_frame=frames[1],
         passes=tuple(spec.passes),
-        models=tuple(queries.job_models(engine, job_id)),
+        models=tuple(sorted(queries.job_models(engine, job_id), key=_in(spec.passes))),
         movie=paths.at(paths.review_clip(review)) if review else None,
         thumbnail=paths.at(paths.contact_sheet(review)) if review else None,
         review_pass=review,
         files=tuple(files),
         create_missing=settings.publish_create,
     )
+
+
+def _in(passes: tuple[str, ...]) -> Any:
+    """Sort key: the model of a pass in the order the job's passes were asked for."""
+    return lambda model: (passes.index(model["pass_name"]) if model["pass_name"] in passes
+                          else len(passes), model["pass_name"])  # fmt: skip
 
 
 def _what_is_missing(job: dict[str, Any]) -> str:

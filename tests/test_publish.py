@@ -323,3 +323,22 @@ def test_a_tracker_setting_missing_is_named_and_the_publish_left_pending(shot, t
     assert outcome.reason == (
         f"SVFX_SHOTGRID_SCRIPT_KEY_FILE {missing}: cannot be read (No such file or directory)"
     )
+
+
+def test_a_name_the_tracker_refuses_is_said_in_one_line_as_the_tracker_words_it() -> None:
+    """What each client raises when the tracker refuses a name or an entity, as our refusal
+    (recorded pending, retried by --pending once the name is fixed); the secret redacted."""
+    from gazu.exception import ParameterException
+    from shotgun_api3 import Fault
+
+    from publish import kitsu
+    from publish.errors import TrackerRefused
+
+    refused = kitsu._translated(
+        ParameterException("data/sequences", "name 'sq 010' is not valid (pw-1)"), "k", "pw-1"
+    )
+    assert isinstance(refused, TrackerRefused)
+    assert refused.message.startswith("Kitsu at k refuses the publish: ParameterException:")
+    assert "sq 010" in refused.message and "pw-1" not in refused.message
+    sg = _translated(Fault("API create() CRUD ERROR #6: code 'sh 010' is invalid"), "s", None)
+    assert isinstance(sg, TrackerRefused) and "code 'sh 010' is invalid" in sg.message
