@@ -140,6 +140,7 @@ def job_template(
             },
             {
                 "name": "Workers",
+                **_gpu_hosts(gpus_per_worker),
                 "parameterSpace": {
                     "taskParameterDefinitions": [
                         {"name": "Worker", "type": "INT", "range": "1-{{Param.Workers}}"}
@@ -154,6 +155,15 @@ def job_template(
             },
         ],
     }
+
+
+def _gpu_hosts(gpus_per_worker: str) -> dict[str, Any]:
+    """The Workers step's host requirement: as many GPUs as each task starts workers for
+    (``auto``: at least one; ``0``: none asked)."""
+    if gpus_per_worker == "0":
+        return {}
+    least = 1 if gpus_per_worker == "auto" else int(gpus_per_worker)
+    return {"hostRequirements": {"amounts": [{"name": "amount.worker.gpu", "min": least}]}}
 
 
 def template_yaml(template: dict[str, Any]) -> str:

@@ -102,3 +102,21 @@ def test_openjd_run_workers_and_shot_until_the_shot_completes(tmp_path, monkeypa
     exrs = sorted((tmp_path / "out/demo/sq010/sh010/sapiens2_v001").glob("*.exr"))
     assert len(exrs) == 4
     assert (tmp_path / "farm" / "scheduler.json.done").exists()
+
+
+def test_gpu_workers_ask_the_farm_for_gpu_hosts(tmp_path) -> None:
+    from cli.openjd_template import job_template, template_yaml
+
+    spec = {"show": "demo", "sequence": "sq010", "shot": "sh010", "version": "v002"}
+    gpu = job_template(spec, python="/venv/bin/python", scheduler_file="/s.json",
+                       gpus_per_worker="2")  # fmt: skip
+    path = tmp_path / "gpu.yaml"
+    path.write_text(template_yaml(gpu))
+    checked = subprocess.run([_openjd(), "check", str(path)], capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    workers = gpu["steps"][1]
+    assert workers["hostRequirements"] == {"amounts": [{"name": "amount.worker.gpu", "min": 2}]}
+    cpu = job_template(spec, python="p", scheduler_file="s", gpus_per_worker="0")
+    assert "hostRequirements" not in cpu["steps"][1]
+    assert gpu["name"] == "svfx demo/sq010/sh010 v002"
