@@ -3,7 +3,8 @@ a ``Version`` on the shot, under its task (``code``, ``entity``, ``sg_task``,
 ``description``, ``sg_path_to_frames`` with ``%04d``, ``sg_first_frame``,
 ``sg_last_frame``, ``frame_range``, ``sg_path_to_movie``; the review clip uploaded to
 ``sg_uploaded_movie`` and the contact sheet as its thumbnail), and a ``PublishedFile`` per
-file (``code``, ``name``, ``version_number``, ``path`` as a local path,
+file (``code``, ``name``, ``version_number``, ``path``: a local path under one of the
+site's LocalStorages, else a ``file://`` link, as Toolkit's ``register_publish`` does;
 ``published_file_type``, ``entity``, ``task``, ``version``).
 
 Entities are found before anything is made: the Version by code on the shot, each
@@ -34,6 +35,7 @@ class ShotGridTracker:
         self.sg = sg
         self.where = where  # the site, for messages
         self._key = key
+        self._storages: list[dict[str, Any]] | None = None  # the site's LocalStorages
 
     def publish(self, item: PublishItem) -> Published:
         try:
@@ -120,7 +122,7 @@ class ShotGridTracker:
                 "code": code,
                 "name": f.name,
                 "version_number": item.version_number,
-                "path": {"local_path": _local(f.path)},
+                "path": self._path(f.path),
                 "published_file_type": _link(file_type),
                 "entity": shot,
                 "task": task,
@@ -128,6 +130,22 @@ class ShotGridTracker:
                 "description": item.comment,
             },
         )
+
+    def _path(self, uri: str) -> dict[str, Any]:
+        """The ``path`` of a PublishedFile as Toolkit writes it: a local path when a
+        LocalStorage of the site holds it, else a ``file://`` link (an ``s3://`` link as
+        is)."""
+        path = _local(uri) or uri
+        if "://" in path:
+            return {"url": path, "name": path.rsplit("/", 1)[-1]}
+        if self._storages is None:
+            fields = ["code", "linux_path", "mac_path", "windows_path"]
+            self._storages = self.sg.find("LocalStorage", [], fields)
+        for storage in self._storages:
+            roots = [storage.get(k) for k in ("linux_path", "mac_path", "windows_path")]
+            if any(root and path.startswith(root.rstrip("/") + "/") for root in roots):
+                return {"local_path": path, "name": path.rsplit("/", 1)[-1]}
+        return {"url": f"file://{path}", "name": path.rsplit("/", 1)[-1]}
 
     def _find_or_create(
         self, entity_type: str, filters: list[Any], fields: dict[str, Any], item: PublishItem

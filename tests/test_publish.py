@@ -67,6 +67,7 @@ def test_shotgrid_version_and_published_files_with_toolkit_fields(shot) -> None:
     settings = _settings(home)
     catalog = catalog_of(settings)
     sg = mockgun()
+    sg.create("LocalStorage", {"code": "primary", "linux_path": str(home)})
     tracker = ShotGridTracker(sg, "mock")
     outcome = publish_job(catalog, job_id, settings, tracker=tracker, again=True)
     assert outcome.status == "published", outcome.reason
@@ -161,6 +162,13 @@ def test_a_shot_missing_in_shotgrid_is_refused_by_name_then_retried(shot) -> Non
     retried = publish_pending(catalog, settings, tracker=tracker)
     assert [(o.job_id, o.status) for o in retried] == [(job_id, "published")]
     assert retried[0].entity_ids["shot"] == shot_entity["id"]
+    # no LocalStorage holds the outputs: file:// links, as Toolkit writes them
+    exr = sg.find_one("PublishedFile", [["code", "is", "sh010_sapiens2_v003.%04d.exr"]], ["path"])
+    root = jobs["v003"][1]
+    assert exr["path"] == {
+        "url": f"file://{root}/sh010_sapiens2_v003.%04d.exr",
+        "name": "sh010_sapiens2_v003.%04d.exr",
+    }
     assert queries.pending_publishes(catalog.engine) == []
     assert queries.job_publishes(catalog.engine, job_id)[0]["attempts"] >= 2
 

@@ -1,7 +1,8 @@
 """Writes the mockgun schema of the ShotGrid entities a publish touches (Project, Sequence,
-Shot, Task, Version, PublishedFile, PublishedFileType; EventLogEntry, which mockgun writes
-when it starts), as ``mockgun.generate_schema`` would from a real site, with Toolkit's field
-names. Run it again after changing the fields: ``python tests/data/shotgrid/make_schema.py``.
+Shot, Task, Version, PublishedFile, PublishedFileType, LocalStorage; EventLogEntry, which
+mockgun writes when it starts), as ``mockgun.generate_schema`` would from a real site, with
+Toolkit's field names. Run it again after changing the fields:
+``python tests/data/shotgrid/make_schema.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ FIELDS: dict[str, dict[str, str | tuple[str, list[str]]]] = {
         "published_files": ("multi_entity", ["PublishedFile"]),
     },
     "PublishedFileType": {"code": "text"},
+    "LocalStorage": {
+        "code": "text",
+        "linux_path": "text",
+        "mac_path": "text",
+        "windows_path": "text",
+    },
     "PublishedFile": {
         "code": "text",
         "name": "text",
