@@ -8,8 +8,9 @@ comes first with B-frames, when it trims the clip after adding a silent soundtra
 output file per file of the item (EXR sequence, Zarr store, Nuke script; named after the
 version, at the revision of the preview, its ``path`` the real one, a sequence as ``%04d``).
 
-What was made is found again by the output files named after the version on the shot, so a
-second publish of the same version makes nothing new; a new version is a new comment and
+What was made is found again (the comment by the version's name in its text, its previews,
+the output files named after the version), so a second publish of the same version makes
+nothing new and one cut short is completed, not repeated; a new version is a new comment and
 revision. A missing sequence, shot, task type or task is created with
 ``SVFX_PUBLISH_CREATE=true``, else refused by name; a missing project is always refused.
 ``gazu`` is imported only here; each tracker has a client of its own (gazu's default one is
@@ -86,34 +87,50 @@ class KitsuTracker:
         found = gazu.files.all_output_files_for_entity(
             shot, task_type=task_type, name=item.code, client=c
         )
-        if found:  # this version was published: what it made
-            data = found[0].get("data") or {}
-            ids.update({k: data.get(k) for k in ("comment", "preview_file", "revision")})
-            ids["output_files"] = sorted(f["id"] for f in found)
-            return Published(ids, created=False)
-
-        status = gazu.task.get_task_status_by_short_name(REVIEW_STATUS, client=c)
-        status = status or gazu.task.get_default_task_status(client=c)
-        comment = gazu.task.add_comment(task, status, item.comment, client=c)
+        made = {f["representation"]: f for f in found}
+        comment = self._our_comment(gazu, task, item)
+        created = comment is None
+        if comment is None:
+            status = gazu.task.get_task_status_by_short_name(REVIEW_STATUS, client=c)
+            status = status or gazu.task.get_default_task_status(client=c)
+            comment = gazu.task.add_comment(task, status, item.comment, client=c)
         ids["comment"] = comment["id"]
-        if item.movie is not None:
-            with local_path(item.movie) as movie:
-                preview = gazu.task.add_preview(
-                    task, comment, preview_file_path=movie, normalize_movie=False, client=c
+        previews = sorted(comment.get("previews") or [], key=lambda p: p.get("position") or 0)
+        movie = next((p for p in previews if p.get("extension") == "mp4"), None)
+        if movie is None and item.movie is not None:
+            with local_path(item.movie) as path:
+                movie = gazu.task.add_preview(
+                    task, comment, preview_file_path=path, normalize_movie=False, client=c
                 )
-            ids["preview_file"], ids["revision"] = preview["id"], preview["revision"]
-            if item.thumbnail is not None:
-                with local_path(item.thumbnail) as sheet:
-                    extra = gazu.task.add_extra_preview(
-                        task, comment, preview, preview_file_path=sheet, no_job=True, client=c
+            created = True
+        if movie is not None:
+            ids["preview_file"], ids["revision"] = movie["id"], movie["revision"]
+            sheet = next((p for p in previews if p.get("extension") in ("png", "jpg")), None)
+            if sheet is None and item.thumbnail is not None:
+                with local_path(item.thumbnail) as path:
+                    sheet = gazu.task.add_extra_preview(
+                        task, comment, movie, preview_file_path=path, no_job=True, client=c
                     )
-                gazu.task.set_main_preview(extra, client=c)
-                ids["thumbnail"] = extra["id"]
+                gazu.task.set_main_preview(sheet, client=c)
+                created = True
+            if sheet is not None:
+                ids["thumbnail"] = sheet["id"]
         data = {k: ids.get(k) for k in ("comment", "preview_file", "revision")}
-        ids["output_files"] = [
-            self._output_file(gazu, item, f, shot, task_type, data)["id"] for f in item.files
-        ]
-        return Published(ids, created=True)
+        for f in item.files:
+            if f.kind not in made:
+                made[f.kind] = self._output_file(gazu, item, f, shot, task_type, data)
+                created = True
+        ids["output_files"] = sorted(f["id"] for f in made.values())
+        return Published(ids, created=created)
+
+    def _our_comment(self, gazu: Any, task: Any, item: PublishItem) -> Any:
+        """The comment an earlier publish of this version posted on the task (its text names
+        the version), with its previews; None when there is none."""
+        mark = f"sapiens-vfx {item.code} ("
+        for comment in gazu.task.all_comments_for_task(task, client=self.client):
+            if mark in (comment.get("text") or ""):
+                return comment
+        return None
 
     def _output_file(
         self, gazu: Any, item: PublishItem, f: PublishedFile, shot: Any, task_type: Any,

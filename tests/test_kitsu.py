@@ -145,6 +145,20 @@ def test_a_shot_published_to_kitsu_read_back_with_gazu(shot, kitsu, gazu_admin, 
     [record] = queries.job_publishes(catalog.engine, jobs["v002"][0])
     assert record["status"] == "published" and record["entity_ids"]["revision"] == 2
 
+    # a publish cut short (an output file lost): completed, nothing else made again
+    nuke = next(f for f in v2_files if f["representation"] == "nuke")
+    gazu.client.delete(f"data/output-files/{nuke['id']}", client=c)
+    resumed = publish_job(catalog, jobs["v002"][0], settings, tracker=tracker, again=True)
+    assert resumed.status == "published" and resumed.entity_ids["revision"] == 2
+    assert resumed.entity_ids["comment"] == second.entity_ids["comment"]
+    assert len(gazu.task.all_comments_for_task(task, client=c)) == 2
+    assert len(gazu.files.get_all_preview_files_for_task(task, client=c)) == 4
+    v2_again = gazu.files.all_output_files_for_entity(
+        shot_entity, name="sh010_sapiens2_v002", client=c
+    )
+    assert sorted(f["representation"] for f in v2_again) == ["exr", "nuke", "zarr"]
+    assert nuke["id"] not in {f["id"] for f in v2_again}
+
 
 def test_a_shot_kitsu_lacks_is_refused_by_name(shot, kitsu, gazu_admin) -> None:
     import gazu
