@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv test lint format demo bench gpu-kit clean
+.PHONY: venv test lint format demo bench gpu-kit kitsu-venv clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,12 @@ bench: venv
 # On the node: python3 -m bench.gpu_kit run
 gpu-kit: venv
 	$(PY) -m bench.gpu_kit build
+
+# Kitsu's server (zou) for `pytest -m kitsu`, in a venv of its own (never a dependency of the
+# project): made once under ~/.cache/svfx-tests/zou-venv (or $SVFX_ZOU_VENV). The test's
+# fixture makes it too when it is missing; this target does it ahead of time.
+kitsu-venv: venv
+	$(PY) -c "from tests.kitsu_server import ensure_zou, zou_venv; print(ensure_zou(zou_venv()))"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

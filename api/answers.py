@@ -75,6 +75,14 @@ def output_list(
     return paged(found, limit, offset)
 
 
+def publish_list(
+    engine: Engine, shot: ShotKey, status: str | None, limit: int, offset: int
+) -> dict[str, Any]:
+    """A page of the shot's publishes to trackers, newest first."""
+    found = queries.publishes_page(engine, *shot, status=status, limit=limit, offset=offset)
+    return paged(found, limit, offset)
+
+
 def find_job(
     engine: Engine, job_id: int, threshold: float = queries.DEFAULT_FLICKER_THRESHOLD
 ) -> dict[str, Any] | None:
@@ -100,6 +108,7 @@ def shot_detail(
         "jobs_total": jobs["total"],
         "provenance": queries.job_provenance(engine, job_id) if job_id else [],
         "untrained": coverage["untrained"],
+        "publishes": queries.publishes_page(engine, *shot, limit=JOBS_ON_SHOT)[0],
     }
 
 

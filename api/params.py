@@ -47,6 +47,10 @@ ShotQuery = Annotated[
 PassQuery = Annotated[PassName | None, Query(alias="pass", description="only this pass")]
 KindQuery = Annotated[OutputKind | None, Query(description="only outputs of this kind")]
 StatusQuery = Annotated[JobStatus | None, Query(description="only jobs with this status")]
+PublishStatus = Literal["published", "pending"]
+PublishStatusQuery = Annotated[
+    PublishStatus | None, Query(description="only publishes with this status")
+]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"page size (1-{MAX_LIMIT})")]
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")]
 Sha256Query = Annotated[

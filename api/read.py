@@ -20,6 +20,7 @@ from api.params import (
     Offset,
     PassQuery,
     PathQuery,
+    PublishStatusQuery,
     SequenceQuery,
     Sha256Query,
     ShotQuery,
@@ -35,6 +36,7 @@ from api.responses import (
     OutputProvenance,
     Page,
     Problem,
+    Publish,
     QcReport,
     ShotDetail,
 )
@@ -103,6 +105,21 @@ def list_shot_jobs(
     offset: Offset = 0,
 ) -> dict[str, Any]:
     return answers.job_list(ctx.engine, shot, status, limit, offset, _threshold(ctx))
+
+
+@_about_a_shot(
+    "/publishes", "shots", "A shot's publishes to production trackers, newest first", Page[Publish]
+)
+def list_publishes(
+    ctx: Ctx,
+    shot: KnownShot,
+    status: PublishStatusQuery = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> dict[str, Any]:
+    """What each job became in Kitsu or ShotGrid (the tracker's entity ids, when), or why
+    its publish is pending."""
+    return answers.publish_list(ctx.engine, shot, status, limit, offset)
 
 
 @_about_a_shot(

@@ -145,6 +145,27 @@ class ProvenanceRecord(BaseModel):
     data: dict[str, Any]
 
 
+class Publish(BaseModel):
+    """A job published to a production tracker, or pending with the reason."""
+
+    id: int
+    job_id: int
+    show: str
+    sequence: str
+    shot: str
+    tracker: str = Field(description="kitsu or shotgrid")
+    status: str = Field(description="published, or pending (see reason; svfx publish --pending)")
+    code: str = Field(description="the version's name in the tracker")
+    entity_ids: dict[str, Any] = Field(
+        description="the tracker's ids: project, shot, task, version, files..."
+    )
+    reason: str | None = Field(description="why it is pending")
+    attempts: int
+    created_at: str | None
+    updated_at: str | None
+    published_at: str | None
+
+
 class ShotDetail(BaseModel):
     show: str
     sequence: str
@@ -155,6 +176,9 @@ class ShotDetail(BaseModel):
     jobs_total: int
     provenance: list[ProvenanceRecord] = Field(description="of the newest job's outputs")
     untrained: bool
+    publishes: list[Publish] = Field(
+        default_factory=list, description="the newest publishes to trackers (see /publishes)"
+    )
 
 
 class Checkpoint(BaseModel):

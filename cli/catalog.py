@@ -162,6 +162,26 @@ def catalog_jobs(
     show_jobs(rows, as_json)
 
 
+@catalog_app.command("publishes")
+def catalog_publishes(
+    shot: Annotated[str | None, typer.Argument(help="SHOW[/SEQ[/SHOT]]")] = None,
+    publish_status: Annotated[
+        str | None, typer.Option("--status", help="published|pending")
+    ] = None,
+    limit: int = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """What was published to which tracker (entity ids, time), or why it is pending."""
+    rows, _ = queries.publishes_page(
+        engine(get_settings()), **split_shot(shot), status=publish_status, limit=limit
+    )
+    columns = ["job_id", "shot", "tracker", "status", "code", "updated_at", "reason"]
+    if not as_json:
+        for row in rows:
+            row["shot"] = "/".join(str(row[k]) for k in ("show", "sequence", "shot"))
+    rows_out(rows, columns, as_json)
+
+
 @catalog_app.command("provenance")
 def catalog_provenance(
     path: Annotated[str, typer.Argument(help="an output file (EXR, preview, ...)")],

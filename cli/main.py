@@ -10,9 +10,10 @@ from rich.markup import escape
 
 from core.errors import SvfxError
 
-from . import cuts, operations, scan, stabilize, submit
+from . import cuts, operations, publish, scan, stabilize, submit
 from .catalog import catalog_app
 from .console import err
+from .farm import farm_app
 from .models import models_app
 
 # Help texts are plain text: "SHOW[/SEQ[/SHOT]]" must not be read as rich markup.
@@ -32,6 +33,8 @@ app.command()(operations.worker)
 app.command()(scan.scan)
 app.command("submit-edit")(cuts.submit_edit)
 app.command()(stabilize.stabilize)
+app.command()(publish.publish)
+app.add_typer(farm_app, name="farm")
 app.command()(operations.serve)
 app.command()(operations.api)
 app.command()(operations.demo)

@@ -1,7 +1,8 @@
 """Running one planned shot on a Dask cluster: register the job, create the shot's store,
 take the work to do (`flows.planning.work_to_do`) and record what it found, dispatch chunks
 in a bounded window, record each chunk's summary in the catalog as it lands, then the
-shot-level files.
+shot-level files; a job that completes is published to the production tracker when one is
+configured (`publish.run.publish_completed`).
 
 The job is never left `running` by a run that ends: every way out this process can catch
 closes it (`complete`, `partial` or `failed`, with the reason); a heartbeat tells other
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from core.errors import SvfxError
+from publish.run import publish_completed
 from schemas.catalog.errors import CatalogUnavailable
 from schemas.catalog.lease import end_run, start_run
 from schemas.catalog.writer import Catalog
@@ -175,6 +177,8 @@ def _run(
     result.status = final_status(result)
     message = outcome_message(result)
     catalog.finish_job(job_id, result.status, message)
+    if result.status == "complete":  # SVFX_PUBLISH: to the tracker; never fails the job
+        result.extras.update(publish_completed(catalog, job_id))
     _emit(result, "finished", message)
 
 

@@ -10,15 +10,20 @@ outputs), a LocalCluster, the ephemeral Prefect API and local disk. Production s
 ``$SVFX_HOME/svfx.toml``; its keys are the field names below (``catalog_url = "..."``).
 Environment variables win over the file. ``SVFX_API_TOKEN`` enables the catalog API's write
 endpoints (bearer token); unset, they are refused.
+
+Publishing to a production tracker (`publish/`): ``SVFX_PUBLISH=kitsu`` or ``shotgrid``
+publishes every job that completes, with that tracker's connection settings below. Secrets
+(``SVFX_KITSU_PASSWORD``, ``SVFX_SHOTGRID_SCRIPT_KEY``) come from the environment, the file or
+a file of their own (``..._FILE``: its first line); they are never logged nor recorded.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -83,6 +88,23 @@ class Settings(BaseSettings):
     scan_model_size: str = ShotSpec.model_fields["model_size"].default
     # The size model size "auto" prefers when the checkpoint root has it for every pass.
     model_size: str | None = None
+    # Publishing (publish/): the tracker every completed job goes to ("": none), the task
+    # versions are published under, whether a missing sequence, shot or task is created
+    # (else the publish is refused by name), the pass whose review clip and contact sheet
+    # are the version's movie and thumbnail (default: the first pass that has them).
+    publish: Literal["", "kitsu", "shotgrid"] = ""
+    publish_task: str = Field("Sapiens", min_length=1)
+    publish_create: bool = False
+    publish_review_pass: str | None = None
+    publish_timeout_s: float = Field(30.0, gt=0)
+    kitsu_host: str | None = None  # http://kitsu.studio (gazu's host: no /api)
+    kitsu_email: str | None = None
+    kitsu_password: SecretStr | None = None
+    kitsu_password_file: Path | None = None
+    shotgrid_url: str | None = None  # https://studio.shotgrid.autodesk.com
+    shotgrid_script: str | None = None
+    shotgrid_script_key: SecretStr | None = None
+    shotgrid_script_key_file: Path | None = None
 
     @field_validator("allowed_roots", "scan_prefixes", mode="before")
     @classmethod
@@ -146,6 +168,16 @@ class Settings(BaseSettings):
         if uri.startswith("s3://") and self.s3_endpoint_url:
             return Location(uri, {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}})
         return Location(uri, {})
+
+
+def secret(value: SecretStr | None, file: Path | None) -> str | None:
+    """A secret setting's value: the setting itself, else the first line of its file."""
+    if value is not None:
+        return value.get_secret_value()
+    if file is not None:
+        lines = Path(file).expanduser().read_text().splitlines()
+        return lines[0].strip() if lines else ""
+    return None
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -53,7 +53,7 @@ def test_every_operation_documents_its_422_as_a_problem(filled: Filled) -> None:
         for path, methods in document["paths"].items()
         for method, operation in methods.items()
     ]
-    assert len(operations) == 12
+    assert len(operations) == 13
     for name, operation in operations:
         responses = operation["responses"]
         assert responses["422"]["content"]["application/json"]["schema"] == PROBLEM, name

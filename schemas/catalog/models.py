@@ -268,3 +268,29 @@ class OutputSource(Base):
     source_output_id: Mapped[int] = mapped_column(
         ForeignKey("outputs.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+
+
+PUBLISH_STATUSES = ("published", "pending")
+
+
+class Publish(Base):
+    """What a job's outputs became in a production tracker (`publish/`): the tracker's entity
+    ids once published, or ``pending`` with the reason (tracker down, login refused) until
+    ``svfx publish --pending`` gets it through. One row per job and tracker; the secrets that
+    reached the tracker are never stored."""
+
+    __tablename__ = "publishes"
+    __table_args__ = (UniqueConstraint("job_id", "tracker"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    shot_id: Mapped[int] = mapped_column(ForeignKey("shots.id", ondelete="CASCADE"), index=True)
+    tracker: Mapped[str] = mapped_column(String(16))  # kitsu, shotgrid
+    status: Mapped[str] = mapped_column(String(16), index=True)  # see PUBLISH_STATUSES
+    code: Mapped[str] = mapped_column(String(256))  # the version's name in the tracker
+    entity_ids: Mapped[dict[str, Any]]  # the tracker's ids: project, shot, task, version...
+    reason: Mapped[str | None] = mapped_column(Text)  # why it is pending
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    published_at: Mapped[datetime | None]

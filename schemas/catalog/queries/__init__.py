@@ -12,6 +12,15 @@ from schemas.catalog.queries.jobs import job, jobs_page, untrained_jobs
 from schemas.catalog.queries.outputs import output_file, outputs_page, preview_outputs
 from schemas.catalog.queries.paging import Bind, iso, page, reading
 from schemas.catalog.queries.provenance import job_provenance, output_provenance
+from schemas.catalog.queries.publishes import (
+    job_frame_range,
+    job_models,
+    job_output_root,
+    job_publishes,
+    newest_job_of_version,
+    pending_publishes,
+    publishes_page,
+)
 from schemas.catalog.queries.qc import DEFAULT_FLICKER_THRESHOLD, flagged_frames, flicker_scores
 from schemas.catalog.queries.shots import shot_exists, shot_plates, shots_page, show_names
 
@@ -24,14 +33,21 @@ __all__ = [
     "invalidated_page",
     "iso",
     "job",
+    "job_frame_range",
+    "job_models",
+    "job_output_root",
     "job_provenance",
+    "job_publishes",
     "jobs_page",
     "join_shot",
+    "newest_job_of_version",
     "output_file",
     "output_provenance",
     "outputs_page",
     "page",
+    "pending_publishes",
     "preview_outputs",
+    "publishes_page",
     "reading",
     "shot_exists",
     "shot_plates",
