@@ -39,7 +39,10 @@ PASS_KINDS = {
 BAD = {"normal": (10, 30), "pointmap": (14, 36), "depth": (12,), "albedo": (20, 41),
        "matte": (25, 40), "seg": (17,)}  # fmt: skip
 SWAPS = {8: (3, 4), 22: (5, 6), 33: (3, 4)}  # frame index -> the two classes swapped
-MISSING_PERSON = range(15, 19)  # frames where the second person is not found
+MISSING_PERSON = range(15, 19)
+PACE = (
+    48  # frames the figure takes to cross the frame  # frames where the second person is not found
+)
 _UNIT_M = 0.35  # metres per body unit
 _LIGHT = np.array([-0.4, -0.5, -0.75]) / np.linalg.norm([-0.4, -0.5, -0.75])
 
@@ -119,7 +122,9 @@ def _noise(rng: np.random.Generator, h: int, w: int, blurs: tuple[float, ...]) -
 
 def _pose(scene: Scene, index: int) -> tuple[float, float, float, float, float]:
     """(cx, cy, scale px per body unit, lean radians, swing phase) at a frame index."""
-    u = 0.5 if scene.static else index / max(scene.frames - 1, 1)
+    # the same pace in a shot of any length: across the frame in 48 frames, then back
+    pace = (index / (PACE - 1)) % 2.0
+    u = 0.5 if scene.static else 1.0 - abs(1.0 - pace)
     w, h = scene.width, scene.height
     cx = w * (0.3 + 0.4 * u)
     cy = h * (0.52 + 0.03 * math.sin(4 * math.pi * u))
@@ -197,6 +202,8 @@ def render(scene: Scene, index: int) -> Truth:
     bg_albedo = (0.2 + 0.45 * background)[None] * np.array([1.0, 0.95, 0.85], np.float32)[
         :, None, None
     ]
+    if scene.cut_at is not None and index >= scene.cut_at:
+        bg_albedo = 0.3 + 0.5 * bg_albedo  # another set, lit otherwise
     albedo += remaining * bg_albedo
     focal = 1.2 * w
     pointmap = np.stack([(xx - w / 2) / focal * depth, (yy - h / 2) / focal * depth, depth]).astype(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-_RIDGE = 1e-6  # keeps a fit with one sample (or one frame) solvable: its value, unmoved
+_RIDGE = 1e-6  # keeps every fit solvable (see _solve)
 
 
 @dataclass(frozen=True)
@@ -169,24 +169,32 @@ def fit_keypoints(
     degree = min(settings.degree, len(np.unique(times)) - 1)
     design = times[:, None] ** np.arange(degree + 1)[None, :]  # (n, D)
     centre = xy[times == 0][0]
-    box = np.nanmax(centre, axis=0) - np.nanmin(centre, axis=0)
+    seen = centre[finite[times == 0][0]]
+    box = seen.max(axis=0) - seen.min(axis=0) if len(seen) else np.zeros(2)
     scale = max(settings.robust_px, settings.robust_share * float(np.hypot(*box)))
+    if len(times) == 1:
+        return centre.copy()
     weights = base
-    fit = _solve(design, xy, weights)
+    fit = _solve(design, xy, weights, centre)
     for _ in range(settings.iterations):
         predicted = np.einsum("nd,kdc->nkc", design, fit)
         residual = np.linalg.norm(xy - predicted, axis=2)
         weights = base * np.exp(-0.5 * (residual / scale) ** 2)
-        fit = _solve(design, xy, weights)
+        fit = _solve(design, xy, weights, centre)
     return fit[:, 0, :]
 
 
-def _solve(design: np.ndarray, xy: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """(K, D, 2) weighted least-squares coefficients per keypoint."""
+def _solve(
+    design: np.ndarray, xy: np.ndarray, weights: np.ndarray, prior: np.ndarray
+) -> np.ndarray:
+    """(K, D, 2) weighted least-squares coefficients per keypoint, with a vanishing prior
+    (weight ``_RIDGE``) that the value is ``prior`` (K, 2) and the higher terms 0: it keeps
+    a keypoint no frame gives weight to (all scores 0) where it was."""
     dims = design.shape[1]
     normal = np.einsum("nk,nd,ne->kde", weights, design, design)
     normal += _RIDGE * np.eye(dims)[None]
     rhs = np.einsum("nk,nd,nkc->kdc", weights, design, xy)
+    rhs[:, 0, :] += _RIDGE * prior
     return np.linalg.solve(normal, rhs)
 
 

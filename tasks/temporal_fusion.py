@@ -97,12 +97,12 @@ class FusionSettings:
     temporal_sigma: float = 2.0
     iterations: int = 2
     min_frames: int = 3
-    unit_vectors: float = 0.12
-    points: float = 0.02
-    relative_depth: float = 0.04
+    unit_vectors: float = 0.18
+    points: float = 0.03
+    relative_depth: float = 0.06
     colour: float = 0.04
     alpha: float = 0.08
-    labels: float = 0.2
+    labels: float = 0.3
 
     def __post_init__(self) -> None:
         # a chunk's margin is `radius` frames: it must also tell whether a run is too short
