@@ -385,7 +385,8 @@ def flow_check(scene: Scene, flow: FlowSettings) -> dict[str, float]:
 
 def _table(report: dict[str, Any]) -> str:
     lines = [f"shot {report['size']}, {report['frames']} frames, radius {report['radius']}, "
-             f"device {report['device']}"]  # fmt: skip
+             f"{'direct' if report['direct_flow'] else 'composed'} flow beyond 1 frame, "
+             f"device {report['device']}, {report['threads']} torch thread(s)"]  # fmt: skip
     if "quality" in report:
         lines.append(
             f"{'pass':9s} {'unit':8s} {'person pf':>10s} {'stab':>8s} {'ratio':>6s}  "
@@ -442,12 +443,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--cost-only", action="store_true", help="only the timing")
     parser.add_argument("--flow-check", action="store_true", help="composed vs direct flow")
+    parser.add_argument(
+        "--direct-flow", action="store_true", help="DIS to frames 2+ away, not composed"
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     scene = Scene(width, height, args.frames)
-    settings = replace(DEFAULT_FUSION, radius=args.radius)
+    settings = replace(DEFAULT_FUSION, radius=args.radius, direct_flow=args.direct_flow)
     torch.set_grad_enabled(False)
     torch.set_num_threads(args.threads)
     if args.memory_probe:
@@ -458,7 +462,9 @@ def main(argv: list[str] | None = None) -> None:
         "size": f"{width}x{height}",
         "frames": args.frames,
         "radius": args.radius,
+        "direct_flow": args.direct_flow,
         "device": args.device,
+        "threads": args.threads,
         "core_s_per_frame": run.core_seconds / args.frames,
         "wall_s_per_frame": run.wall_seconds / args.frames,
         "pose_core_s_per_frame": run.pose_core_seconds / args.frames,

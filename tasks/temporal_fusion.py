@@ -8,9 +8,10 @@ window (``2 * radius + 1`` frames of passes, their flow-resolution motion), neve
 Why a radius of 2 (five frames). The errors a per-frame network makes are, frame to frame,
 close to independent: averaging N frames divides them by about sqrt(N). Three frames give
 0.58 at best, too close to the 0.6 goal once the warps' own error is added; five give 0.45
-(0.47 with the temporal kernel's weights); seven 0.38, but each step adds a composed flow
-further from the truth (it follows the motion over three frames), 40% more warping and memory
-and a wider margin for chunks. The measured figures are ``bench.temporal``'s.
+(0.46 with the temporal kernel's weights; ``bench.temporal`` measures 0.37-0.50 on a static
+shot, where the flow is exact); seven 0.38, but each step adds a flow over a longer reach
+(less exact, less often confident: the surface has turned meanwhile), 40% more warping and
+memory, and a wider margin for chunks.
 
 Weights. Each sample's weight is the product of
 - the flow's confidence: the forward-backward consistency of the centre frame's pixels towards
@@ -38,8 +39,18 @@ The rule per kind of values (``schemas.passes.Values``):
 
 Flow to neighbours two or more frames away is the composition of the adjacent flows (their
 confidences multiplied along the path), at flow resolution: one DIS pair per frame, and a
-composition is a bilinear lookup, where direct DIS would cost a pair per neighbour (measured
-in ``bench.temporal --flow-check``).
+composition is a bilinear lookup. Measured on the synthetic shot (``bench.temporal
+--flow-check``, 384x216): the truth's normals warped from two frames away are 1.60 degrees
+off on the person where the composed flow is confident (88% of it), 1.26 with DIS between
+the two frames (84% confident), which costs one more DIS pair per frame (7 times the
+composition's time); the stabilised passes come out the same either way (error ratios within
+0.02, ``--direct-flow``). ``FusionSettings.direct_flow`` chooses DIS.
+
+Cost. The warps and the robust mean are some sixty torch operations per pass, neighbour and
+pixel band; on this project's 2-core CPU (one thread) a 2048x1080 frame of six passes (40
+channels, 29 of them seg) takes 4.2 core-s, of which DIS 0.25 and ``grid_sample`` some 40%:
+about 17 core-s for 4096x2160, far above the 2 core-s goal. The work is made for the model's
+GPU, where it is a few dozen kernels over the whole frame.
 
 A hole in the frame numbers or a cut (``plate_flow.pair_motion``) closes the chain: nothing is
 fused across it, and a run of frames shorter than ``min_frames`` comes back unchanged.
@@ -87,13 +98,15 @@ _BAND_BYTES = 24 << 20
 
 @dataclass(frozen=True)
 class FusionSettings:
-    """How passes are fused (see the module). ``radius``: frames each side. ``temporal_sigma``:
+    """How passes are fused (see the module). ``radius``: frames each side; ``direct_flow``:
+    flow to frames two or more away by DIS between them, not composed. ``temporal_sigma``:
     the temporal kernel's width in frames. ``iterations``: reweighting rounds of the robust
     mean. ``min_frames``: a run of frames between cuts/holes shorter than this is returned
     unchanged. The rest: the robustness scale ``s`` per kind of values, in the units of its
     distance (module table)."""
 
     radius: int = 2
+    direct_flow: bool = False
     temporal_sigma: float = 2.0
     iterations: int = 2
     min_frames: int = 3
@@ -141,6 +154,7 @@ class _Frame:
     frame: int
     passes: dict[str, Tensor]
     nonfinite: frozenset[str]
+    image: np.ndarray  # the flow image (small: at most FlowSettings.max_side)
     # flow resolution, on the device: to the next / previous frame and its confidence
     forward: Tensor | None = None
     forward_confidence: Tensor | None = None
@@ -182,6 +196,7 @@ class TemporalStabiliser:
         self._pending = 0  # index in the window of the first frame not returned yet
         self._run_length = 0  # frames in the current run, trimmed ones included
         self._last_image: np.ndarray | None = None
+        self._direct: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor] | None] = {}
 
     def push(
         self, frame: int, plate_rgb: np.ndarray, passes: Mapping[str, Tensor]
@@ -195,6 +210,7 @@ class TemporalStabiliser:
             frame,
             {name: passes[name] for name in self.kinds},
             frozenset(n for n in self.kinds if not _all_finite(passes[n])),
+            image,
         )
         out: list[StabilisedFrame] = []
         previous = self._window[-1] if self._window else None
@@ -249,6 +265,7 @@ class TemporalStabiliser:
         self._window = []
         self._pending = 0
         self._run_length = 0
+        self._direct = {}
         return out
 
     def _ready(self, closing: bool) -> list[StabilisedFrame]:
@@ -289,7 +306,7 @@ class TemporalStabiliser:
 
     def _neighbours(self, index: int) -> list[_Neighbour]:
         """The window's other frames, warped towards the centre: the flow from the centre to
-        each (adjacent flows composed), its confidence times the temporal kernel."""
+        each (adjacent flows composed, or direct), its confidence times the temporal kernel."""
         out = []
         for step, attribute in ((1, "forward"), (-1, "backward")):
             flow: Tensor | None = None
@@ -305,6 +322,11 @@ class TemporalStabiliser:
                     break
                 if flow is None or confidence is None:
                     flow, confidence = link, link_confidence
+                elif self.settings.direct_flow:
+                    direct = self._direct_motion(self._window[index], self._window[there])
+                    if direct is None:
+                        break
+                    flow, confidence = direct
                 else:
                     flow, confidence = compose(flow, confidence, link, link_confidence)
                 weight = confidence_to_plate(confidence, self.plate_hw, self.device)
@@ -317,6 +339,31 @@ class TemporalStabiliser:
                     )
                 )
         return out
+
+    def _direct_motion(self, centre: _Frame, there: _Frame) -> tuple[Tensor, Tensor] | None:
+        """DIS flow from the centre to a frame two or more away, and its confidence: one pair
+        serves both frames (kept until the earlier leaves the window); None if it is a cut."""
+        first, last = sorted((centre, there), key=lambda f: f.frame)
+        key = (first.frame, last.frame)
+        if key not in self._direct:
+            motion = pair_motion(first.image, last.image, self.flow)
+            self._direct[key] = (
+                None
+                if motion.cut
+                else (
+                    self._tensor(motion.forward),
+                    self._tensor(motion.confidence_a),
+                    self._tensor(motion.backward),
+                    self._tensor(motion.confidence_b),
+                )
+            )
+            oldest = self._window[0].frame
+            for stale in [k for k in self._direct if k[0] < oldest]:
+                del self._direct[stale]
+        found = self._direct[key]
+        if found is None:
+            return None
+        return (found[0], found[1]) if centre is first else (found[2], found[3])
 
 
 def compose(

@@ -67,11 +67,13 @@ def test_a_moving_shot_loses_error_and_gains_none_at_boundaries():
     assert figures["seg"]["flicker_worst_fall"] >= 1.5  # a label swap, undone
 
 
-def test_a_chunk_with_a_margin_gives_the_frames_of_one_run():
-    radius = FusionSettings().radius
-    whole = _stream(SMALL, range(12))
+@pytest.mark.parametrize("direct", [False, True], ids=["composed", "direct"])
+def test_a_chunk_with_a_margin_gives_the_frames_of_one_run(direct):
+    settings = replace(DEFAULT_FUSION, direct_flow=direct)
+    radius = settings.radius
+    whole = _stream(SMALL, range(12), settings)
     own = range(5, 8)
-    chunk = _stream(SMALL, range(own.start - radius, own.stop + radius))
+    chunk = _stream(SMALL, range(own.start - radius, own.stop + radius), settings)
     for index in own:
         frame = SMALL.first_frame + index
         for name in PASS_KINDS:
