@@ -11,7 +11,9 @@ close to independent: averaging N frames divides them by about sqrt(N). Three fr
 (0.46 with the temporal kernel's weights; ``bench.temporal`` measures 0.37-0.50 on a static
 shot, where the flow is exact); seven 0.38, but each step adds a flow over a longer reach
 (less exact, less often confident: the surface has turned meanwhile), 40% more warping and
-memory, and a wider margin for chunks.
+memory, and a wider margin for chunks. Measured on the moving synthetic shot: radius 3 moves
+the error ratios by at most 0.03 (normals 0.63 -> 0.61, albedo 0.51 -> 0.48, seg 0.39 ->
+0.40): the rest is what motion changes in the passes themselves (a limb turns between frames).
 
 Weights. Each sample's weight is the product of
 - the flow's confidence: the forward-backward consistency of the centre frame's pixels towards
