@@ -41,7 +41,7 @@ through a window of three, so memory stays flat in the length of the shot.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,17 +92,33 @@ def shot_flicker(job: QcJob) -> dict[str, dict[int, float]]:
     passes = qc_passes(job.passes)
     if len(job.frames) < 3 or not passes:
         return {}
+    return flicker(job.frames, _frame_proxies(job, passes), passes)
+
+
+def flicker(
+    frames: Sequence[int],
+    proxies: Iterable[Proxies],
+    passes: Sequence[str],
+    normalised: bool = True,
+) -> dict[str, dict[int, float]]:
+    """Flicker score per pass and frame from each frame's proxies (``proxies_of``), given in
+    the order of ``frames`` (at least three) and streamed through a window of three: the
+    array-level form of ``shot_flicker``, for passes held in memory (``bench.temporal``).
+    ``normalised=False``: r(t) itself, not divided by the shot's median (to compare two
+    versions of a shot on one scale)."""
     changes = _Changes()
     window: list[Proxies] = []
-    for proxies in _frame_proxies(job, passes):
-        window = [*window[-2:], proxies]
+    for item in proxies:
+        window = [*window[-2:], item]
         if len(window) >= 2:
             changes.add(window[-2], window[-1], passes)
-        if len(window) == 3 and window[0].frame == job.frames[0]:
+        if len(window) == 3 and window[0].frame == frames[0]:
             changes.add(window[0], window[2], passes)  # the first frame's second neighbour
-    if len(job.frames) > 3:
+    if len(frames) > 3:
         changes.add(window[0], window[2], passes)  # the last frame's second neighbour
-    return {name: scores(job.frames, changes.of(name), changes.of("plate")) for name in passes}
+    return {
+        name: scores(frames, changes.of(name), changes.of("plate"), normalised) for name in passes
+    }
 
 
 def flagged_frames(
@@ -120,13 +136,15 @@ def scores(
     frames: Sequence[int],
     pass_change: Mapping[tuple[int, int], float],
     plate_change: Mapping[tuple[int, int], float],
+    normalised: bool = True,
 ) -> dict[int, float]:
-    """Scores from the changes between pairs of frames (keys: (earlier, later) frame)."""
+    """Scores from the changes between pairs of frames (keys: (earlier, later) frame);
+    ``normalised=False``: r(t), not divided by its median."""
     ratios: dict[int, float] = {}
     for i, frame in enumerate(frames):
         pairs = [_pair(frame, frames[j]) for j in _neighbours(i, len(frames))]
         ratios[frame] = min((pass_change[p] + EPS) / (plate_change[p] + EPS) for p in pairs)
-    usual = float(np.median(list(ratios.values())))
+    usual = float(np.median(list(ratios.values()))) if normalised else 1.0
     return {frame: round(r / usual, 4) for frame, r in ratios.items()}
 
 
@@ -220,12 +238,14 @@ def _frame_proxies(job: QcJob, passes: Sequence[str]) -> Iterator[Proxies]:
             arrays = {name: np.asarray(group[name][index[frame]]) for name in passes}
             plate = read_plate_frame(job.plate.at(uri), frame)
             encoded = colour.to_model_encoding(plate.pixels[..., :3])
-            yield _proxies(frame, encoded @ _LUMA, arrays)
+            yield proxies_of(frame, encoded @ _LUMA, arrays)
     finally:
         close_store(group.store)
 
 
-def _proxies(frame: int, luma: np.ndarray, arrays: Mapping[str, np.ndarray]) -> Proxies:
+def proxies_of(frame: int, luma: np.ndarray, arrays: Mapping[str, np.ndarray]) -> Proxies:
+    """One frame's proxies from its plate luma (H, W) and its passes as the Zarr store holds
+    them (labels as class indices)."""
     shape = next(iter(arrays.values())).shape[:2] if arrays else luma.shape
     step = max(1, math.ceil(max(shape) / PROXY_SIDE))
     labels = {p.name for p in PASSES if p.qc == "labels"}
