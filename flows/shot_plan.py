@@ -99,11 +99,16 @@ class ShotPlan:
 
     def _margin(self, frames: tuple[int, ...]) -> tuple[tuple[int, str], ...]:
         """A stabilised chunk's context: up to ``temporal_radius`` present frames of the
-        plate on each side of the chunk (none for a per-frame version)."""
+        plate on each side of the chunk (the keypoint smoother's radius when it is larger and
+        pose is stabilised; none for a per-frame version)."""
         if self.source is None:
             return ()
         present = self.sequence.frames
         radius = self.spec.temporal_radius
+        if first_of_kind(self.spec.passes, "keypoints"):  # the keypoint smoother's window
+            from tasks.keypoint_smoothing import DEFAULT_SMOOTHING
+
+            radius = max(radius, DEFAULT_SMOOTHING.radius)
         first, last = present.index(frames[0]), present.index(frames[-1])
         around = [*present[max(0, first - radius) : first], *present[last + 1 : last + 1 + radius]]
         return tuple((f, self.sequence.uri_for(f)) for f in around)

@@ -156,7 +156,7 @@ class _Stabilising:
         if self.posed:
             from tasks.keypoint_smoothing import KeypointSmoother
 
-            self.smoother = KeypointSmoother(radius=spec.temporal_radius)
+            self.smoother = KeypointSmoother()
         self.keypoint_count = keypoints
 
     def run(self) -> list[FrameSummary]:
@@ -191,7 +191,9 @@ class _Stabilising:
             for out in self.stabiliser.push(number, read.rgb, source.passes):
                 fused[out.frame] = out
             if self.smoother is not None:
-                for frame, people in self.smoother.push(number, _people_array(source.people)):
+                cut = not self.stabiliser.joined  # the plate's cut: the smoother's too
+                people_now = _people_array(source.people, self.keypoint_count)
+                for frame, people in self.smoother.push(number, people_now, cut=cut):
                     smoothed[frame] = _people_records(sources.get(frame), people)
             self._write_ready(reads, sources, fused, smoothed, done)
         for out in self.stabiliser.flush():
@@ -249,13 +251,14 @@ class _Stabilising:
         """The source outputs a frame was made from: each pass's EXR, Zarr region and pose
         fragment of the frames of its window that were read (`FrameSummary.sources`)."""
         radius = self.spec.temporal_radius
-        window = sorted(f for f in self.pushed if abs(f - number) <= radius)
+        posed = self.smoother.settings.radius if self.smoother is not None else -1
         made: list[tuple[str, int]] = []
         arrays = [a.name for a in pass_table.zarr_arrays(self.spec.passes)]
-        for frame in window:
-            made.append((self.source.exr(frame), frame))
-            made += [(array_uri(self.source.zarr, name), frame) for name in arrays]
-            if self.posed:
+        for frame in sorted(self.pushed):
+            if abs(frame - number) <= radius:
+                made.append((self.source.exr(frame), frame))
+                made += [(array_uri(self.source.zarr, name), frame) for name in arrays]
+            if abs(frame - number) <= posed:  # the keypoint smoother's own window
                 made.append((fragment_uri(self.source.pose_fragments, frame), frame))
         return made
 
@@ -315,8 +318,9 @@ def _as_stored(
     person, -1 elsewhere) and `parts` mattes fused as values (no seg in the version)."""
     low, high = torch.aminmax(values)
     out = {NONFINITE_PREFIX + spec.name: ~(torch.isfinite(low) & torch.isfinite(high))}
-    if spec.values == "relative_depth":
-        out[spec.name] = values[0].float()
+    if spec.values == "relative_depth":  # fused across the silhouette: below 0 is not the
+        depth = values[0].float()  # person (-1), the rest stays in 0..1
+        out[spec.name] = torch.where(depth < 0, -1.0, depth.clamp(max=1.0))
     else:
         out[spec.name] = values.clamp(0.0, 1.0).to(torch.float16)
     if preview_hw is not None:
@@ -324,10 +328,10 @@ def _as_stored(
     return out
 
 
-def _people_array(people: Sequence[dict[str, Any]]) -> np.ndarray:
+def _people_array(people: Sequence[dict[str, Any]], keypoints: int) -> np.ndarray:
     """(P, K, 3): x, y, score per person and keypoint."""
     if not people:
-        return np.zeros((0, 0, 3), dtype=np.float32)
+        return np.zeros((0, keypoints, 3), dtype=np.float32)
     rows = []
     for person in people:
         xy = np.asarray(person["keypoints"], np.float32)

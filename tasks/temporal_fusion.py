@@ -198,6 +198,9 @@ class TemporalStabiliser:
         self._pending = 0  # index in the window of the first frame not returned yet
         self._run_length = 0  # frames in the current run, trimmed ones included
         self._last_image: np.ndarray | None = None
+        # whether the frame pushed last continues the run of the one before it (False after
+        # a cut or a hole, and for the first): what a keypoint smoother beside it is told
+        self.joined = False
         self._direct: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor] | None] = {}
 
     def push(
@@ -227,6 +230,7 @@ class TemporalStabiliser:
                 joined = True
         if previous is not None and not joined:
             out += self._close_run()
+        self.joined = joined
         self._window.append(entry)
         self._run_length += 1
         self._last_image = image

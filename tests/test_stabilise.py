@@ -26,7 +26,7 @@ from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
 
 pytestmark = pytest.mark.timeout(600)
 FRAMES = [1001, 1002, 1003, 1004, 1005, 1006]
-PASSES = "normal,matte,seg,parts,motion"
+PASSES = "normal,matte,seg,parts,motion,pose"
 
 client = pytest.fixture(scope="module")(local_client)
 
@@ -193,3 +193,20 @@ def test_temporal_qc_scores_both_versions_and_the_shot_page_draws_both(shot):
     versions = qc.json()["versions"]["normal"]
     assert {"sapiens2_v001", "sapiens2_v002"} <= set(versions)
     assert [s["frame"] for s in versions["sapiens2_v002"]] == FRAMES
+
+
+def test_pose_keypoints_are_smoothed_in_the_pose_json(shot):
+    _home, _settings, _catalog, _spec, plan, per_frame, _stable = shot
+    from storage.pose_json import read_pose_json
+
+    def tracks(root: str, name: str) -> np.ndarray:
+        frames = read_pose_json(f"{root}/{name}_pose.json")["frames"]
+        people = [frames[str(f)] for f in FRAMES]
+        assert all(len(p) == 1 for p in people)  # the untrained seg: one box, the frame
+        return np.array([p[0]["keypoints"] for p in people], dtype=np.float64)
+
+    before = tracks(per_frame.output_root, "sh010_sapiens2_v001")
+    after = tracks(plan.paths.root, plan.paths.name)
+    assert np.array_equal(before[..., 2], after[..., 2])  # scores kept
+    jitter = [np.abs(np.diff(t[..., :2], n=2, axis=0)).mean() for t in (before, after)]
+    assert jitter[1] < 0.5 * jitter[0]
