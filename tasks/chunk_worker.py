@@ -80,15 +80,11 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     size_encoder_threads()
     model_before = predictor.timer.seconds()
     colour = ColourConversion(job.plate_colorspace)
-    context = ChunkContext(
-        worker=f"{socket.gethostname()}:{os.getpid()}",
-        environment=environment(predictor),
-        checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
-        colour={
-            **colour.to_model_info.as_dict(),
-            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
-        },
-        tiling={**spec.tiling.model_dump(), "device": str(predictor.device)},
+    context = chunk_context(
+        job,
+        colour,
+        environment(predictor.device, predictor.dtype),
+        {**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
     runner = _ChunkRunner(job, spec, predictor, colour, context)
     try:
@@ -118,14 +114,30 @@ def size_encoder_threads() -> int:
         return _ENCODER_THREADS
 
 
-def environment(predictor: Predictor) -> dict[str, Any]:
+def chunk_context(
+    job: ChunkJob, colour: ColourConversion, environment: dict[str, Any], tiling: dict[str, Any]
+) -> ChunkContext:
+    """What made a chunk's frames besides their inputs (recorded with every frame)."""
+    return ChunkContext(
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        environment=environment,
+        checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
+        colour={
+            **colour.to_model_info.as_dict(),
+            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
+        },
+        tiling=tiling,
+    )
+
+
+def environment(device: Any, dtype: Any) -> dict[str, Any]:
+    """The software and device a chunk ran on, and the precision of its arithmetic."""
     import platform
 
     import torch
 
     from tasks.provenance import platform_version
 
-    device = predictor.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     return {
         "platform_version": platform_version(),
@@ -134,7 +146,7 @@ def environment(predictor: Predictor) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "device": str(device),
         "device_name": name or platform.machine(),
-        "precision": str(predictor.dtype).removeprefix("torch."),
+        "precision": str(dtype).removeprefix("torch."),
     }
 
 

@@ -19,9 +19,7 @@ hole does: nothing is fused across it.
 from __future__ import annotations
 
 import logging
-import os
 import resource
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from storage.zarr_store import KEYPOINTS
 from storage.zarr_writer import ShotStoreWriter, array_uri
 from tasks.checkpoints import seg_class_names
 from tasks.chunk_job import ChunkJob
+from tasks.chunk_worker import chunk_context, environment
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame, preview_hw_of
 from tasks.frame_passes import (
@@ -82,15 +81,11 @@ def stabilise_chunk(job: ChunkJob) -> ChunkSummary:
     spec = ShotSpec.model_validate(job.spec)
     device = pick_device()
     colour = ColourConversion(job.plate_colorspace)
-    context = ChunkContext(
-        worker=f"{socket.gethostname()}:{os.getpid()}",
-        environment=_environment(device),
-        checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
-        colour={
-            **colour.to_model_info.as_dict(),
-            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
-        },
-        tiling={"temporal_radius": spec.temporal_radius, "device": str(device)},
+    context = chunk_context(
+        job,
+        colour,
+        environment(device, torch.float32),
+        {"temporal_radius": spec.temporal_radius, "device": str(device)},
     )
     runner = _Stabilising(job, spec, device, colour, context)
     try:
@@ -365,20 +360,3 @@ def _nearest_box(person: np.ndarray, found: Sequence[dict[str, Any]]) -> np.ndar
 def _box_of(person: np.ndarray) -> np.ndarray:
     points = person[np.isfinite(person[:, 0]), :2]
     return np.array([*points.min(0), *points.max(0)], dtype=np.float32)
-
-
-def _environment(device: torch.device) -> dict[str, Any]:
-    import platform
-
-    from tasks.provenance import platform_version
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    return {
-        "platform_version": platform_version(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": str(device),
-        "device_name": name or platform.machine(),
-        "precision": "float32",
-    }
