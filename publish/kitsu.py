@@ -25,7 +25,7 @@ from schemas.settings import Settings, secret
 from .errors import PublishRefused, TrackerLoginRefused, TrackerRefused, TrackerUnavailable
 from .item import PublishedFile, PublishItem
 from .local_files import local_path
-from .tracker import Published, redact
+from .tracker import Published, login_settings, redact
 
 OUTPUT_TYPES = {"exr": ("EXR", "exr"), "zarr": ("Zarr", "zarr"), "nuke": ("Nuke Script", "nk")}
 REVIEW_STATUS = "wfa"
@@ -204,25 +204,13 @@ def _bounded(session: Any, timeout_s: float) -> None:
 
 def connect(settings: Settings) -> KitsuTracker:
     """A gazu client of its own, logged in."""
-    missing = [
-        name
-        for name, value in (
-            ("SVFX_KITSU_HOST", settings.kitsu_host),
-            ("SVFX_KITSU_EMAIL", settings.kitsu_email),
-        )
-        if not value
-    ]
-    try:
-        password = secret(settings.kitsu_password, settings.kitsu_password_file)
-    except OSError as exc:
-        raise PublishRefused(
-            f"SVFX_KITSU_PASSWORD_FILE {settings.kitsu_password_file}: cannot be read "
-            f"({exc.strerror})"
-        ) from None
-    if not password:
-        missing.append("SVFX_KITSU_PASSWORD (or SVFX_KITSU_PASSWORD_FILE)")
-    if missing:
-        raise PublishRefused(f"publishing to Kitsu needs {', '.join(missing)}")
+    password = login_settings(
+        "Kitsu",
+        {"SVFX_KITSU_HOST": settings.kitsu_host, "SVFX_KITSU_EMAIL": settings.kitsu_email},
+        "SVFX_KITSU_PASSWORD",
+        lambda: secret(settings.kitsu_password, settings.kitsu_password_file),
+        settings.kitsu_password_file,
+    )
     try:
         import gazu
     except ImportError:

@@ -23,7 +23,7 @@ from schemas.settings import Settings, secret
 from .errors import PublishRefused, TrackerLoginRefused, TrackerRefused, TrackerUnavailable
 from .item import PublishedFile, PublishItem
 from .local_files import local_path
-from .tracker import Published, redact
+from .tracker import Published, login_settings, redact
 
 FILE_TYPES = {"exr": "EXR Sequence", "zarr": "Zarr Store", "nuke": "Nuke Script"}
 
@@ -190,25 +190,16 @@ def _translated(exc: Exception, where: str, key: str | None) -> Exception:
 
 def connect(settings: Settings) -> ShotGridTracker:
     """The real client, logged in (a script and its key)."""
-    missing = [
-        name
-        for name, value in (
-            ("SVFX_SHOTGRID_URL", settings.shotgrid_url),
-            ("SVFX_SHOTGRID_SCRIPT", settings.shotgrid_script),
-        )
-        if not value
-    ]
-    try:
-        key = secret(settings.shotgrid_script_key, settings.shotgrid_script_key_file)
-    except OSError as exc:
-        raise PublishRefused(
-            f"SVFX_SHOTGRID_SCRIPT_KEY_FILE {settings.shotgrid_script_key_file}: cannot be "
-            f"read ({exc.strerror})"
-        ) from None
-    if not key:
-        missing.append("SVFX_SHOTGRID_SCRIPT_KEY (or SVFX_SHOTGRID_SCRIPT_KEY_FILE)")
-    if missing:
-        raise PublishRefused(f"publishing to ShotGrid needs {', '.join(missing)}")
+    key = login_settings(
+        "ShotGrid",
+        {
+            "SVFX_SHOTGRID_URL": settings.shotgrid_url,
+            "SVFX_SHOTGRID_SCRIPT": settings.shotgrid_script,
+        },
+        "SVFX_SHOTGRID_SCRIPT_KEY",
+        lambda: secret(settings.shotgrid_script_key, settings.shotgrid_script_key_file),
+        settings.shotgrid_script_key_file,
+    )
     try:
         import shotgun_api3
     except ImportError:

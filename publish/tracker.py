@@ -4,9 +4,11 @@ nothing new) and answers the tracker's entity ids."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .errors import PublishRefused
 from .item import PublishItem
 
 
@@ -36,3 +38,27 @@ def redact(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def login_settings(
+    tracker: str,
+    named: dict[str, Any],
+    secret_name: str,
+    read_secret: Callable[[], str | None],
+    secret_file: Any,
+) -> str:
+    """The tracker's secret, once every setting it needs is there: PublishRefused naming each
+    missing one (``named``: setting name -> value; the secret is ``secret_name`` or its
+    ``_FILE``), or the file that holds the secret when it cannot be read."""
+    missing = [name for name, value in named.items() if not value]
+    try:
+        secret = read_secret()
+    except OSError as exc:
+        raise PublishRefused(
+            f"{secret_name}_FILE {secret_file}: cannot be read ({exc.strerror})"
+        ) from None
+    if not secret:
+        missing.append(f"{secret_name} (or {secret_name}_FILE)")
+    if missing:
+        raise PublishRefused(f"publishing to {tracker} needs {', '.join(missing)}")
+    return secret
