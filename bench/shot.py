@@ -43,22 +43,23 @@ def worker_rss_mb() -> tuple[str, float, float | None, float | None]:
     return f"{socket.gethostname()}:{os.getpid()}", rss, used, free
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                     "uordblks", "fordblks", "keepcost")
-    ]  # fmt: skip
-
-
 def heap_mb() -> tuple[float | None, float | None]:
     """(in use, free) bytes of the C heap in MB, from glibc's mallinfo2 (mmapped blocks count
-    as in use); (None, None) without it."""
+    as in use); (None, None) without it. (The structure is made here: this module runs as
+    __main__, whose functions Dask pickles by value, and a ctypes class does not pickle.)"""
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                         "uordblks", "fordblks", "keepcost")
+        ]  # fmt: skip
+
     try:
         fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
     except (OSError, AttributeError):
         return None, None
-    fn.restype = _MallInfo2
+    fn.restype = MallInfo2
     info = fn()
     return (info.uordblks + info.hblkhd) / 2**20, info.fordblks / 2**20
 
