@@ -34,6 +34,8 @@ def lean_forward(deconv_layers: nn.Sequential, conv_layers: nn.Sequential, outpu
                  feats: Tensor) -> Tensor:  # fmt: skip
     """``output(conv_layers(deconv_layers(feats)))``, for layers made of (conv, norm, act)
     triples; a layer this does not know runs as it is."""
+    if feats.shape[0] == 0:
+        return output(conv_layers(deconv_layers(feats)))
     per_image = _largest_map_bytes(deconv_layers, conv_layers, feats[:1])
     group = max(1, GROUP_BYTES // max(per_image, 1))
     outs = [_run(deconv_layers, conv_layers, output, feats[i : i + group])

@@ -91,3 +91,9 @@ def test_groups_follow_the_largest_map(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lean_head, "GROUP_BYTES", 2 * per_image)
     _lean(head, feats)
     assert seen == [2, 2, 1]
+
+
+def test_an_empty_batch_gives_an_empty_output() -> None:
+    head = build_head(V1_HEADS[0]).eval()
+    feats = torch.randn(0, 24, 4, 3)
+    assert _lean(head, feats).shape == _plain(head, feats).shape == (0, 1, 32, 24)
