@@ -24,7 +24,7 @@ from .console import (
     print_json,
     refused,
 )
-from .spec_options import DEFAULT_PASSES, SPEC_DEFAULTS, ColourOpt, ExrLayoutOpt, spec_help
+from .spec_options import DEFAULT_PASSES, SPEC_DEFAULTS, ColourOpt, spec_help
 from .submit import ClusterOpt, require_cluster, run_here
 
 
@@ -47,7 +47,13 @@ def scan(
     ] = None,
     output: Annotated[str | None, typer.Option(help="output root, e.g. s3://bucket/out")] = None,
     colorspace: ColourOpt = None,
-    exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
+    exr_layout: Annotated[
+        str | None,
+        typer.Option(
+            help=f"{spec_help('exr_layout')} (default SVFX_SCAN_EXR_LAYOUT, else "
+            f"{SPEC_DEFAULTS['exr_layout']})"
+        ),
+    ] = None,
     settle: Annotated[
         float | None, typer.Option(help="seconds since an object's last write before use")
     ] = None,
@@ -78,7 +84,7 @@ def scan(
         model_size=model_size or settings.scan_model_size,
         output_root=output or settings.output_root,
         colorspace=colorspace,
-        exr_layout=exr_layout,
+        exr_layout=exr_layout or settings.scan_exr_layout,
         settle_seconds=settings.scan_settle_s if settle is None else settle,
         max_in_flight=max_in_flight or settings.scan_max_in_flight,
     )

@@ -32,6 +32,7 @@ def scan_plates(
     template: str,
     passes: list[str] | None = None,
     model_size: str = ShotSpec.model_fields["model_size"].default,
+    exr_layout: str = ShotSpec.model_fields["exr_layout"].default,
     output_root: str | None = None,
     colorspace: str | None = None,
     settle_s: float = 120.0,
@@ -49,6 +50,7 @@ def scan_plates(
         defaults=ScanDefaults(
             passes=tuple(passes) if passes else None,
             model_size=model_size,
+            exr_layout=exr_layout,
             output_root=output_root,
             colorspace=colorspace,
             settle_seconds=settle_s,
@@ -91,6 +93,7 @@ def deployments(settings: Settings) -> list[Any]:
             "template": settings.scan_template,
             "passes": list(settings.scan_passes) or None,
             "model_size": settings.scan_model_size,
+            "exr_layout": settings.scan_exr_layout,
             "output_root": settings.output_root,
             "settle_s": settings.scan_settle_s,
             "max_in_flight": settings.scan_max_in_flight,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from .arch import ALBEDO, MATTING, NORM_EPS, NORMAL, POINTMAP, POSE, SEG, HeadSpec
+from .lean_head import lean_forward
 from .v1_arch import FAMILY as V1_FAMILY
 from .v1_arch import OUTPUT_LAYER as V1_OUTPUT_LAYER
 
@@ -121,7 +123,8 @@ class DeconvHead(nn.Module):
     Sapiens v1's heads for every task are this head too (upstream's VitHead, VitDepthHead,
     VitNormalHead and HeatmapHead with use_silu): the output conv is `conv_seg` (seg: 28
     logits at 1/2, depth: 1 channel at full size, normal: 3 at 1/2) or `final_layer` (pose:
-    17, 133 or 308 heatmaps at 1/4). The Dropout2d before `conv_seg` is a no-op at eval."""
+    17, 133 or 308 heatmaps at 1/4). The Dropout2d before `conv_seg` is a no-op at eval.
+    With no gradient wanted it runs in bounded memory (`lean_head`)."""
 
     output_names: ClassVar[dict[str, str]] = {SEG: "conv_seg", POSE: "conv_pose"}
 
@@ -144,8 +147,10 @@ class DeconvHead(nn.Module):
         setattr(self, self.output_name, nn.Conv2d(cur, spec.out_channels, 1))
 
     def forward(self, feats: Tensor) -> Tensor:
-        x = self.conv_layers(self.deconv_layers(feats))
-        return getattr(self, self.output_name)(x)
+        output = getattr(self, self.output_name)
+        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            return lean_forward(self.deconv_layers, self.conv_layers, output, feats)
+        return output(self.conv_layers(self.deconv_layers(feats)))
 
 
 def build_head(spec: HeadSpec) -> nn.Module:

@@ -33,6 +33,7 @@ from pydantic_settings import (
 )
 
 from schemas.spec import ShotSpec
+from storage.layers import ExrLayout
 
 if TYPE_CHECKING:
     from storage.location import Location
@@ -86,6 +87,11 @@ class Settings(BaseSettings):
     scan_max_in_flight: int = Field(4, ge=1)  # shots running at once
     scan_passes: Annotated[list[str], NoDecode] = Field(default_factory=list)  # default: all
     scan_model_size: str = ShotSpec.model_fields["model_size"].default
+    # The EXR layout of scanned shots: ShotSpec.exr_layout's values, default and meaning.
+    scan_exr_layout: ExrLayout = Field(
+        ShotSpec.model_fields["exr_layout"].default,
+        description=ShotSpec.model_fields["exr_layout"].description,
+    )
     # The size model size "auto" prefers when the checkpoint root has it for every pass.
     model_size: str | None = None
     # Publishing (publish/): the tracker every completed job goes to ("": none), the task

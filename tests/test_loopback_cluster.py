@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from flows import workers
 from flows.allocator import ALLOCATOR_ENV
-from flows.cluster import NANNY_SPAWN_ENV_VAR
+from flows.cluster import NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
 from tests.shot_helpers import make_plate
 from tests.worker_helpers import start_env
@@ -46,14 +46,16 @@ def _flag(cmd: list[str], name: str) -> str | None:
 
 @pytest.fixture(autouse=True)
 def _default_allocator(monkeypatch):
-    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR]:
+    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR]:
         monkeypatch.delenv(key, raising=False)
 
 
 def _set_here(env: dict[str, str]) -> dict[str, str]:
-    """A worker command's environment less the config variable that has its nanny pass the
-    allocator settings on (tests/test_worker_memory.py checks that one)."""
+    """A worker command's environment less the config variables that have its nanny pass the
+    allocator settings on and its worker not profile (tests/test_worker_memory.py checks
+    those)."""
     assert "MALLOC_ARENA_MAX" in env.pop(NANNY_SPAWN_ENV_VAR)
+    assert env.pop(PROFILE_ENV_VAR) == "False"
     return env
 
 

@@ -20,6 +20,7 @@ from distributed import Client, LocalCluster
 from flows.allocator import ALLOCATOR_ENV
 from flows.cluster import (
     NANNY_SPAWN_ENV_VAR,
+    PROFILE_ENV_VAR,
     dask_client,
     nannies_spawning_with,
     nanny_spawn_env,
@@ -36,8 +37,14 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _default_allocator(monkeypatch):
-    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR]:
+    for key in [*ALLOCATOR_ENV, NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR]:
         monkeypatch.delenv(key, raising=False)
+
+
+def _profiling(dask_worker) -> bool:
+    """Whether Dask's statistical profiler samples this worker (it keeps a call tree a
+    second for 1,000 seconds: the workers' RSS drift)."""
+    return "profile" in dask_worker.periodic_callbacks
 
 
 def _plugin_trims(dask_worker) -> int | None:
@@ -52,6 +59,8 @@ def test_the_embedded_cluster_starts_its_workers_with_the_allocator_settings(tmp
     with dask_client(settings) as client:
         (started,) = client.run(start_env).values()
         (trims,) = client.run(_plugin_trims).values()
+        (profiling,) = client.run(_profiling).values()
+    assert profiling is False
     for key, value in ALLOCATOR_ENV.items():
         assert started.get(key) == value, key  # Dask's own MALLOC_TRIM_THRESHOLD_ does not win
     threads = str(os.cpu_count() or 1)
@@ -73,12 +82,25 @@ def test_the_users_own_allocator_setting_wins(monkeypatch):
 def test_svfx_worker_commands_have_their_nanny_pass_the_settings_on(monkeypatch):
     env = worker_command_env()
     spawned = ast.literal_eval(env.pop(NANNY_SPAWN_ENV_VAR))
+    assert env.pop(PROFILE_ENV_VAR) == "False"  # the nanny reads it and hands it on
     assert env == ALLOCATOR_ENV
     dasks = {k: str(v) for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()}
     assert spawned == {**dasks, **ALLOCATOR_ENV}
     assert spawned["OMP_NUM_THREADS"] == "1"  # Dask's own defaults stay
     monkeypatch.setenv(NANNY_SPAWN_ENV_VAR, "{}")  # the user's own config variable stays
     assert NANNY_SPAWN_ENV_VAR not in worker_command_env()
+    monkeypatch.setenv(PROFILE_ENV_VAR, "True")
+    assert PROFILE_ENV_VAR not in worker_command_env()
+
+
+def test_the_users_profiler_setting_wins(monkeypatch):
+    monkeypatch.setenv(PROFILE_ENV_VAR, "True")  # what this process's config then says:
+    profile = {"distributed.worker.profile.enabled": True}
+    with dask.config.set(profile), nannies_spawning_with(nanny_spawn_env()), LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        (profiling,) = client.run(_profiling).values()
+    assert profiling is True
 
 
 def _allocate_and_free(megabytes: int) -> int:
