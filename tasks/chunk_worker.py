@@ -29,11 +29,9 @@ import logging
 import os
 import queue
 import resource
-import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
@@ -51,6 +49,7 @@ from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import get_predictor
 from tasks.plate_flow import DEFAULT_FLOW
+from tasks.provenance import chunk_context, environment
 
 log = logging.getLogger("svfx.worker")
 
@@ -112,42 +111,6 @@ def size_encoder_threads() -> int:
             _ENCODER_THREADS = int(explicit) if explicit else max(1, cores or os.cpu_count() or 1)
             OpenEXR.set_global_thread_count(_ENCODER_THREADS)
         return _ENCODER_THREADS
-
-
-def chunk_context(
-    job: ChunkJob, colour: ColourConversion, environment: dict[str, Any], tiling: dict[str, Any]
-) -> ChunkContext:
-    """What made a chunk's frames besides their inputs (recorded with every frame)."""
-    return ChunkContext(
-        worker=f"{socket.gethostname()}:{os.getpid()}",
-        environment=environment,
-        checkpoints={name: ref.as_dict() for name, ref in job.checkpoints.items()},
-        colour={
-            **colour.to_model_info.as_dict(),
-            **{p.name: colour.albedo_info.description for p in pass_table.PASSES if p.scene_linear},
-        },
-        tiling=tiling,
-    )
-
-
-def environment(device: Any, dtype: Any) -> dict[str, Any]:
-    """The software and device a chunk ran on, and the precision of its arithmetic."""
-    import platform
-
-    import torch
-
-    from tasks.provenance import platform_version
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    return {
-        "platform_version": platform_version(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": str(device),
-        "device_name": name or platform.machine(),
-        "precision": str(dtype).removeprefix("torch."),
-    }
 
 
 class _ChunkRunner:

@@ -38,7 +38,6 @@ from storage.zarr_store import KEYPOINTS
 from storage.zarr_writer import ShotStoreWriter, array_uri
 from tasks.checkpoints import seg_class_names
 from tasks.chunk_job import ChunkJob
-from tasks.chunk_worker import chunk_context, environment
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame, preview_hw_of
 from tasks.frame_passes import (
@@ -51,6 +50,7 @@ from tasks.frame_passes import (
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import pick_device
+from tasks.provenance import chunk_context, environment
 from tasks.temporal_fusion import FusionSettings, StabilisedFrame, TemporalStabiliser
 from tasks.version_reading import VersionFrame, read_version_frame
 

@@ -92,7 +92,7 @@ def flicker_scores(
             p_,
             (p_.c.pass_name == s_.c.pass_name)
             & (p_.c.frame == s_.c.frame)
-            & (p_.c.output_root == s_.c.output_root)
+            & p_.c.output_root.is_not_distinct_from(s_.c.output_root)  # NULL: older jobs
             & (p_.c.newest == 1),
         )
         .where(s_.c.newest == 1)
