@@ -88,7 +88,7 @@ def _file_name(path_or_url: str) -> str:
 
 def frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None, int | None, str]:
     try:
-        source = clip.trimmed_range()
+        source = speed_adjusted(clip, clip.trimmed_range())
     except Exception:  # no source range and no available range on the media
         return None, None, "the clip has no source range"
     try:
@@ -99,6 +99,25 @@ def frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None,
         why = f"its source range {_range_text(source)} lies outside its media's ({available})"
         return None, None, why
     return first, last, ""
+
+
+def speed_adjusted(clip: Any, source: otio.opentime.TimeRange) -> otio.opentime.TimeRange:
+    """The source frames a clip with a speed effect really plays: OTIO's EDL and XML
+    adapters keep the record's duration as the source range and put the speed in a
+    `LinearTimeWarp` (an M2 of 12 fps on a 24 fps cut: 0.5), so a slowed clip would pull
+    twice its frames. The duration is scaled by the speed (its size: a reversed clip plays
+    the same frames), at least one frame (a freeze frame, speed 0)."""
+    scale = 1.0
+    for effect in clip.effects:
+        if isinstance(effect, otio.schema.LinearTimeWarp):
+            scale *= abs(float(effect.time_scalar))
+    if scale == 1.0:
+        return source
+    duration = source.duration
+    frames = max(1, round(duration.value * scale))
+    return otio.opentime.TimeRange(
+        source.start_time, otio.opentime.RationalTime(frames, duration.rate)
+    )
 
 
 def _time_frames(time: otio.opentime.RationalTime) -> int:

@@ -96,7 +96,14 @@ def test_a_pattern_finds_the_id_inside_the_name_and_reads_only_its_field():
 def test_avid_edl_shot_ids_from_clip_names_with_takes(tmp_path):
     """Black skipped; the dissolve's incoming clip named by its TO CLIP NAME; the M2 speed
     effect and the B (video + audio) event are video clips; audio events are not clips."""
-    plates(tmp_path, {"ZZ100_501": range(1242029, 1242089), "ZZ100_505": range(864000, 864048)})
+    plates(
+        tmp_path,
+        {
+            "ZZ100_501": range(1242029, 1242089),
+            "ZZ100_503": range(1036800, 1036824),  # 12:00:00:00, one second of source
+            "ZZ100_505": range(864000, 864048),
+        },
+    )
     pattern = parse_shot_pattern(f"clip:{SHOT_ID}")
     result = plan(
         CUTS / "avid_zz100_v012.edl", tmp_path, shot_pattern=pattern, plates_root=str(tmp_path)
@@ -126,6 +133,8 @@ def test_avid_edl_shot_ids_from_clip_names_with_takes(tmp_path):
     assert found["clip 2 'ZZ100_502 (ANIM1)'"].startswith("plate not found:")  # not pulled yet
     assert [(s.shot, s.frames) for s in result.shots] == [
         ("zz/zz100/ZZ100_501", "1242029-1242088"),  # EDL source timecode counted in frames
+        # M2 at 12 fps over 2 s of record: the 24 source frames it plays, not 48
+        ("zz/zz100/ZZ100_503", "1036800-1036823"),
         ("zz/zz100/ZZ100_505", "864000-864047"),
     ]
 
