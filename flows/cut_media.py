@@ -88,7 +88,7 @@ def _file_name(path_or_url: str) -> str:
 
 def frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None, int | None, str]:
     try:
-        source = speed_adjusted(clip, clip.trimmed_range())
+        source = played_range(clip, clip.trimmed_range())
     except Exception:  # no source range and no available range on the media
         return None, None, "the clip has no source range"
     try:
@@ -101,23 +101,29 @@ def frame_range(clip: Any, to_frame: ToFrame, handles: int) -> tuple[int | None,
     return first, last, ""
 
 
-def speed_adjusted(clip: Any, source: otio.opentime.TimeRange) -> otio.opentime.TimeRange:
-    """The source frames a clip with a speed effect really plays: OTIO's EDL and XML
-    adapters keep the record's duration as the source range and put the speed in a
-    `LinearTimeWarp` (an M2 of 12 fps on a 24 fps cut: 0.5), so a slowed clip would pull
-    twice its frames. The duration is scaled by the speed (its size: a reversed clip plays
-    the same frames), at least one frame (a freeze frame, speed 0)."""
+def played_range(clip: Any, source: otio.opentime.TimeRange) -> otio.opentime.TimeRange:
+    """The source frames a clip really plays, from OTIO's source range: OTIO's EDL and XML
+    adapters keep the record's duration there and put a speed effect in a `LinearTimeWarp`
+    (an M2 of 12 fps on a 24 fps cut: 0.5), so a slowed clip would pull twice its frames; and
+    the frames a transition takes from the clip beyond its cut (a dissolve's outgoing clip
+    plays on under the dissolve: `Track.handles_of_child`) are outside it. The record time is
+    scaled by the speed's size (a reversed clip plays the same frames), at least one frame
+    (a freeze frame, speed 0), and the transitions' frames are added at each end."""
     scale = 1.0
     for effect in clip.effects:
         if isinstance(effect, otio.schema.LinearTimeWarp):
             scale *= abs(float(effect.time_scalar))
-    if scale == 1.0:
+    track = clip.parent()
+    head, tail = track.handles_of_child(clip) if track is not None else (None, None)
+    rate = source.duration.rate
+    before = head.rescaled_to(rate).value if head is not None else 0.0
+    after = tail.rescaled_to(rate).value if tail is not None else 0.0
+    if scale == 1.0 and not before and not after:
         return source
-    duration = source.duration
-    frames = max(1, round(duration.value * scale))
-    return otio.opentime.TimeRange(
-        source.start_time, otio.opentime.RationalTime(frames, duration.rate)
-    )
+    frames = max(1, round(source.duration.value * scale))
+    start = source.start_time - otio.opentime.RationalTime(round(before * scale), rate)
+    extra = round(before * scale) + round(after * scale)
+    return otio.opentime.TimeRange(start, otio.opentime.RationalTime(frames + extra, rate))
 
 
 def _time_frames(time: otio.opentime.RationalTime) -> int:

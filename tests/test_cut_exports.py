@@ -99,7 +99,7 @@ def test_avid_edl_shot_ids_from_clip_names_with_takes(tmp_path):
     plates(
         tmp_path,
         {
-            "ZZ100_501": range(1242029, 1242089),
+            "ZZ100_501": range(1242029, 1242101),  # 60 frames, then 12 under the dissolve
             "ZZ100_503": range(1036800, 1036824),  # 12:00:00:00, one second of source
             "ZZ100_505": range(864000, 864048),
         },
@@ -132,7 +132,9 @@ def test_avid_edl_shot_ids_from_clip_names_with_takes(tmp_path):
     )
     assert found["clip 2 'ZZ100_502 (ANIM1)'"].startswith("plate not found:")  # not pulled yet
     assert [(s.shot, s.frames) for s in result.shots] == [
-        ("zz/zz100/ZZ100_501", "1242029-1242088"),  # EDL source timecode counted in frames
+        # EDL source timecode counted in frames; the outgoing clip plays on for the 12
+        # frames of the dissolve after its cut
+        ("zz/zz100/ZZ100_501", "1242029-1242100"),
         # M2 at 12 fps over 2 s of record: the 24 source frames it plays, not 48
         ("zz/zz100/ZZ100_503", "1036800-1036823"),
         ("zz/zz100/ZZ100_505", "864000-864047"),
@@ -259,7 +261,7 @@ def submit_edit(cut: Path, *options: str) -> Any:
 
 
 def test_dry_run_reads_at_80_columns_with_problems_under_the_tables(home):
-    plates(home, {"ZZ100_501": range(1242029, 1242089), "ZZ100_505": range(864000, 864048)})
+    plates(home, {"ZZ100_501": range(1242029, 1242101), "ZZ100_505": range(864000, 864048)})
     result = submit_edit(
         CUTS / "avid_zz100_v012.edl",
         "--shot-pattern", f"clip:{SHOT_ID}", "--plates-root", str(home), "--dry-run",
@@ -269,7 +271,7 @@ def test_dry_run_reads_at_80_columns_with_problems_under_the_tables(home):
     table, _, listed = result.stdout.partition("refused: 3 of 5 clips\n")
     assert listed, why(result)
     # every clip's row holds its shot name and frames whole, on one line
-    for shot, frames in (("ZZ100_501", "1242029-1242088"), ("ZZ100_505", "864000-864047")):
+    for shot, frames in (("ZZ100_501", "1242029-1242100"), ("ZZ100_505", "864000-864047")):
         assert any(shot in line and frames in line for line in lines), table
     assert all(len(line) <= 80 for line in table.splitlines()), table
     assert "zz/zz100/ZZ100_501" in table and "zz/zz100/ZZ100_505" in table
