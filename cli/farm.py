@@ -27,6 +27,7 @@ from .spec_options import (
     OutputOpt,
     PassesOpt,
     VersionOpt,
+    shot_names,
 )
 
 farm_app = typer.Typer(
@@ -68,9 +69,7 @@ def openjd(
     nodes: a Shot step (the scheduler and the run) and a Workers step (svfx worker tasks).
     Check it with `openjd check`, run it with `openjd run` or submit it to Deadline Cloud."""
     settings = get_settings()
-    parts = shot.strip("/").split("/")
-    if len(parts) != 3:
-        raise fail(f"--shot must be SHOW/SEQ/SHOT, got {shot!r}")
+    parts = shot_names(shot)
     if gpus_per_worker not in ("auto", "0", "1", "2", "4", "8"):
         raise fail(f"--gpus-per-worker takes auto, 0, 1, 2, 4 or 8, not {gpus_per_worker!r}")
     data: dict[str, Any] = {

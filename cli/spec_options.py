@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from schemas import passes as pass_table
-from schemas.spec import ShotSpec, TilingSpec
+from schemas.spec import ShotSpec, TilingSpec, split_shot_path
+
+from .console import fail
 
 
 def spec_help(field: str, model: type[Any] = ShotSpec) -> str:
@@ -47,3 +49,11 @@ ExrLayoutOpt = Annotated[str, spec_option("exr_layout")]
 TemporalOpt = Annotated[str, spec_option("temporal")]
 RadiusOpt = Annotated[int, spec_option("temporal_radius", "--temporal-radius")]
 OverlapOpt = Annotated[int, spec_option("overlap", model=TilingSpec)]
+
+
+def shot_names(shot: str) -> tuple[str, str, str]:
+    """The --shot option as show, sequence and shot; one line and exit 2 otherwise."""
+    names = split_shot_path(shot)
+    if names is None:
+        raise fail(f"--shot must be SHOW/SEQ/SHOT, got {shot!r}")
+    return names

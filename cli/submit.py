@@ -65,6 +65,7 @@ from .spec_options import (
     RadiusOpt,
     TemporalOpt,
     VersionOpt,
+    shot_names,
 )
 
 # Planning imports torch and running a shot imports Prefect and Dask (seconds each on a busy
@@ -141,9 +142,7 @@ def submit(
         "temporal": temporal,
         "temporal_radius": temporal_radius,
     }
-    parts = shot.strip("/").split("/")
-    if len(parts) != 3:
-        raise fail(f"--shot must be SHOW/SEQ/SHOT, got {shot!r}")
+    parts = shot_names(shot)
     data["show"], data["sequence"], data["shot"] = parts
     if tile:
         try:

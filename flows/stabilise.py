@@ -24,7 +24,7 @@ from typing import Any
 from schemas.catalog import queries
 from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
-from schemas.spec import ShotSpec, SpecError, parse_spec
+from schemas.spec import ShotSpec, SpecError, parse_spec, split_shot_path
 from storage.uri import is_remote
 from tasks.output_paths import ShotOutputPaths
 
@@ -73,10 +73,10 @@ def stabilised_spec(
 
 
 def _split(shot_path: str) -> tuple[str, str, str]:
-    parts = shot_path.strip("/").split("/")
-    if len(parts) != 3:
+    names = split_shot_path(shot_path)
+    if names is None:
         raise SpecError(f"a shot is SHOW/SEQ/SHOT, got {shot_path!r}")
-    return parts[0], parts[1], parts[2]
+    return names
 
 
 def _jobs(
@@ -141,6 +141,10 @@ def _versions_on_disk(settings: Settings, spec: ShotSpec) -> set[int]:
     folder, _, name = probe.root.rpartition("/")
     if is_remote(folder) or not os.path.isdir(folder):
         return set()
+    try:
+        entries = os.listdir(folder)
+    except OSError as exc:  # unreadable: the version could land on a folder it cannot see
+        raise SpecError(f"{folder}: cannot list the shot's versions: {exc.strerror}") from None
     prefix = name.removesuffix("v000")
     pattern = re.compile(re.escape(prefix) + r"v(\d{3,4})$")
-    return {int(m.group(1)) for entry in os.listdir(folder) if (m := pattern.match(entry))}
+    return {int(m.group(1)) for entry in entries if (m := pattern.match(entry))}

@@ -299,6 +299,12 @@ class ShotSpec(BaseModel):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def split_shot_path(text: str) -> tuple[str, str, str] | None:
+    """SHOW/SEQ/SHOT as its three names (slashes around it ignored); None for another form."""
+    parts = text.strip("/").split("/")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
 def cache_key(plate_sha256: str, checkpoint_sha256s: list[str], settings_digest: str) -> str:
     """Plate frame checksum + checkpoint hashes + settings: equal keys make equal outputs."""
     text = "|".join([plate_sha256, *sorted(checkpoint_sha256s), settings_digest])
