@@ -31,7 +31,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import sapiens
 from bench import reference_model_v1
 from bench.reference_model import model_forward
+from sapiens.predictor import channels_last_head
 from sapiens.torch_compile import compile_model
+from tasks.precision import PRECISIONS, choose_precision
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets, by
 # the words of the name CUDA reports; the first row whose words are all in the name wins. A
@@ -150,11 +152,13 @@ def time_paths(
 
 
 def bench_one(arch: str, hw: tuple[int, int], args, device: torch.device) -> list[Row]:
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
+    dtype = PRECISIONS[args.dtype]
     task = args.task
     rows: list[Row] = []
     # made on the device: a 1B model's random init takes seconds on a host's cores
     model = sapiens.build_model(arch, task, input_hw=hw, seed=0, device=device, dtype=dtype)
+    if device.type == "cpu" and args.channels_last:
+        channels_last_head(model)  # as the platform's Predictor does on a CPU
     label = model.info.arch + (f" {task}" if task else "")
     res = f"{hw[0]}x{hw[1]}"
     flops = count_flops(arch, task, hw, args.batch)
@@ -172,9 +176,10 @@ def bench_one(arch: str, hw: tuple[int, int], args, device: torch.device) -> lis
         xs = x.to(dtype)
         fns: dict[str, Callable[[], object]] = {"fast": lambda: model(xs)}
         if args.compile:
-            compiled = compile_model(
-                sapiens.build_model(arch, task, input_hw=hw, seed=0, device=device, dtype=dtype)
-            )
+            fresh = sapiens.build_model(arch, task, input_hw=hw, seed=0, device=device, dtype=dtype)
+            if device.type == "cpu" and args.channels_last:
+                channels_last_head(fresh)
+            compiled = compile_model(fresh)
             for _ in range(2):  # compile outside the timing
                 compiled(xs)
             fns["fast+compile"] = lambda: compiled(xs)
@@ -236,7 +241,18 @@ def main(argv: list[str] | None = None) -> list[Row]:
     )
     p.add_argument("--task", default=None, help="a head to include (default: backbone only)")
     p.add_argument("--batch", type=int, default=8 if cuda else 1)
-    p.add_argument("--dtype", default="bf16" if cuda else "fp32")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", *PRECISIONS),
+        help="auto: what a worker's --precision auto picks on this device (tasks.precision)",
+    )
+    p.add_argument(
+        "--no-channels-last",
+        dest="channels_last",
+        action="store_false",
+        help="on a CPU, keep the head's convolutions in the default layout",
+    )
     p.add_argument("--repeats", type=int, default=5 if cuda else 3)
     p.add_argument("--warmup", type=int, default=2 if cuda else 1)
     p.add_argument("--compile", action="store_true", help="also time torch.compile")
@@ -255,6 +271,9 @@ def main(argv: list[str] | None = None) -> list[Row]:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    choice = choose_precision(args.dtype, device)
+    args.dtype = choice.short
+    print(choice.line())
     print(
         f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
         f" ({torch.get_num_threads()} threads), torch {torch.__version__}; "

@@ -130,7 +130,14 @@ def _tenths(values: list[float]) -> list[list[float]]:
     return [values[i : i + size] for i in range(0, size * (len(values) // size), size)][:10]
 
 
-def run(frames: int, size: tuple[int, int], model_size: str, workers: int, home: Path) -> dict:
+def run(
+    frames: int,
+    size: tuple[int, int],
+    model_size: str,
+    workers: int,
+    home: Path,
+    precision: str = "auto",
+) -> dict:
     from flows.cluster import dask_client
     from flows.demo import DEMO_COLORSPACE, write_demo_plate
     from flows.planning import plan_shot
@@ -152,6 +159,7 @@ def run(frames: int, size: tuple[int, int], model_size: str, workers: int, home:
             "output_root": str(home / "out"),
             "chunk_frames": 8,
             "review_clips": False,
+            "precision": precision,
         }
     )
     catalog = open_catalog(settings.catalog)
@@ -170,6 +178,8 @@ def run(frames: int, size: tuple[int, int], model_size: str, workers: int, home:
         "size": f"{size[0]}x{size[1]}",
         "model_size": model_size,
         "workers": workers,
+        "precision": {"asked": precision, "ran": result.precisions},
+        "compile": os.environ.get("SVFX_COMPILE", "0"),
         "status": result.status,
         "wall_s": round(wall, 2),
         "frames_per_s": round(frames / wall, 3),
@@ -189,6 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", default="1920x1080")
     p.add_argument("--model-size", default="tiny")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--precision", default="auto", help="auto|fp32|bf16|fp16, as `svfx submit`")
+    p.add_argument(
+        "--compile", action="store_true", help="workers compile their models (SVFX_COMPILE=1)"
+    )
     p.add_argument(
         "--default-allocator",
         action="store_true",
@@ -199,10 +213,13 @@ def main(argv: list[str] | None = None) -> None:
         import flows.allocator
 
         flows.allocator.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
+    if args.compile:
+        os.environ["SVFX_COMPILE"] = "1"  # the workers' processes inherit it
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp
-        print(json.dumps(run(args.frames, (w, h), args.model_size, args.workers, Path(tmp))))
+        out = run(args.frames, (w, h), args.model_size, args.workers, Path(tmp), args.precision)
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -412,6 +412,9 @@ def _print_result(result: dict[str, Any]) -> None:
         err.print(f"[bold red]error:[/] {escape(result['error'])}", highlight=False, soft_wrap=True)
     if result.get("untrained"):
         err.print(f"[bold yellow]UNTRAINED weights for {', '.join(result['untrained'])}[/]")
+    for precision, workers in result.get("precisions", {}).items():
+        who = f"{len(workers)} worker{'s' if len(workers) != 1 else ''}"
+        console.print(f"precision on {who}: {escape(precision)}", highlight=False, soft_wrap=True)
     if result.get("extras", {}).get("not_stabilised"):
         why = result["extras"]["not_stabilised"]
         err.print(f"[yellow]not stabilised:[/] {escape(why)}", highlight=False, soft_wrap=True)

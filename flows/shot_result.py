@@ -30,6 +30,8 @@ class ShotResult:
     # per worker (host:pid): [chunk wall s, model s], for the model's share of each one's time
     worker_time: dict[str, list[float]] = field(default_factory=dict)
     chunks: int = 0
+    # "bf16: why" -> the workers (host:pid) whose models ran so (tasks.precision)
+    precisions: dict[str, list[str]] = field(default_factory=dict)
     flagged: dict[str, list[int]] = field(default_factory=dict)  # temporal QC, per pass
     error: str = ""  # why the run stopped before the end (the catalog away, ...)
 
@@ -44,6 +46,12 @@ def count_chunk(summary: ChunkSummary, result: ShotResult) -> None:
     result.model_s += summary.model_s
     result.chunk_wall_s += summary.wall_s
     result.peak_worker_rss_mb = max(result.peak_worker_rss_mb, summary.peak_rss_mb)
+    precision = summary.environment.get("precision")
+    if precision and summary.chunk_index >= 0:
+        why = summary.environment.get("precision_reason") or ""
+        ran = result.precisions.setdefault(f"{precision}: {why}" if why else precision, [])
+        if summary.worker not in ran:
+            ran.append(summary.worker)
     if summary.chunk_index >= 0:
         spent = result.worker_time.setdefault(summary.worker, [0.0, 0.0])
         spent[0] += summary.wall_s

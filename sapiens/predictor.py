@@ -46,6 +46,16 @@ LETTERBOXED = {NORMAL, ALBEDO, POINTMAP}
 log = logging.getLogger(__name__)
 
 
+def channels_last_head(model: nn.Module) -> None:
+    """On a CPU, a task head's convolutions in channels-last: oneDNN runs them without
+    reordering every activation to its blocked layout and back (measured on 0.4b normal at
+    1024x768, bf16: the head 3.25 -> 2.68 s, outputs identical). Weights are converted in
+    place; the module still takes and returns ordinary tensors."""
+    head = getattr(model, "head_module", None)
+    if head is not None:
+        head.to(memory_format=torch.channels_last)
+
+
 class Predictor:
     def __init__(
         self,
@@ -81,6 +91,8 @@ class Predictor:
                         f"{info.task or 'a pretrain backbone'} ({info.path or info.arch})"
                     )
             model = model.to(device=self.device, dtype=dtype).eval()
+            if self.device.type == "cpu":
+                channels_last_head(model)
             if compile:
                 from .torch_compile import compile_model
 

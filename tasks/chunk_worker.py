@@ -47,7 +47,7 @@ from tasks.frame_motion import read_with_motion
 from tasks.frame_passes import MOTION
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
-from tasks.model_cache import get_predictor
+from tasks.model_cache import get_predictor, worker_precision
 from tasks.plate_flow import DEFAULT_FLOW
 from tasks.provenance import chunk_context, environment
 
@@ -58,6 +58,7 @@ WRITE_BEHIND = 2
 FRAMES_PER_BATCH = 2  # frames whose tiles share model batches
 _ENCODER_LOCK = threading.Lock()
 _ENCODER_THREADS: int | None = None
+_PRECISIONS_SAID: set[object] = set()
 
 
 def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> ChunkSummary:
@@ -82,7 +83,7 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     context = chunk_context(
         job,
         colour,
-        environment(predictor.device, predictor.dtype),
+        environment(predictor.device, predictor.dtype, precision_reason(spec, predictor)),
         {**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
     runner = _ChunkRunner(job, spec, predictor, colour, context)
@@ -95,6 +96,18 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     summary.load_s = load_s
     summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return summary
+
+
+def precision_reason(spec: ShotSpec, predictor: Predictor) -> str:
+    """Why the models run in their precision, said once per worker and per choice in its log
+    (the provenance of every output holds it too)."""
+    choice = worker_precision(spec.precision)
+    if choice.dtype != predictor.dtype:
+        return "the caller's own predictor"  # benchmarks' stand-ins
+    if choice not in _PRECISIONS_SAID:
+        _PRECISIONS_SAID.add(choice)
+        log.warning("%s", choice.line())
+    return choice.reason
 
 
 def size_encoder_threads() -> int:
@@ -126,6 +139,7 @@ class _ChunkRunner:
         self.spec = spec
         self.predictor = predictor
         self.colour = colour
+        self.precision_reason = str(context.environment.get("precision_reason", ""))
         self.store = ShotStoreWriter(job.paths.at(job.paths.zarr))
         shas = [ref.sha256 for ref in job.checkpoints.values()]
         self.reader = FrameReader(
@@ -249,6 +263,7 @@ class _ChunkRunner:
             )
         )
         provenance["svfx/precision"] = str(self.predictor.dtype).removeprefix("torch.")
+        provenance["svfx/precisionReason"] = self.precision_reason
         if MOTION in self.spec.passes:
             flow = DEFAULT_FLOW
             provenance[f"svfx/{MOTION}"] = (

@@ -17,12 +17,12 @@ from sapiens.loading import load_model
 from sapiens.predictor import Predictor
 from schemas.passes import model_task
 from tasks.checkpoints import CheckpointRef
+from tasks.compiled_models import compile_for_worker, compile_wanted
+from tasks.precision import PrecisionChoice, choose_precision
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
 _PREDICTORS: dict[tuple, Predictor] = {}
-
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def pick_device() -> torch.device:
@@ -34,10 +34,10 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def pick_dtype(precision: str, device: torch.device) -> torch.dtype:
-    if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return PRECISIONS[precision]
+def worker_precision(precision: str) -> PrecisionChoice:
+    """What ``precision`` becomes on this worker's device, and why (``tasks.precision``)."""
+    _limit_threads()  # the accuracy gate, when it runs, runs on the worker's own threads
+    return choose_precision(precision, pick_device())
 
 
 def get_predictor(
@@ -50,7 +50,7 @@ def get_predictor(
     (0 when every model was already resident)."""
     _limit_threads()
     device = pick_device()
-    dtype = pick_dtype(precision, device)
+    dtype = worker_precision(precision).dtype
     key = (
         tuple(sorted((name, ref.sha256) for name, ref in checkpoints.items())),
         str(device),
@@ -66,9 +66,12 @@ def get_predictor(
         for name, ref in checkpoints.items():
             model_key = (ref.sha256, str(device), str(dtype))
             if model_key not in _MODELS:
-                _MODELS[model_key] = load_model(
+                model = load_model(
                     ref.path, device, dtype, sha256=ref.sha256, expect_task=model_task(name)
                 )
+                if compile_wanted():
+                    model = compile_for_worker(model, f"{name} ({ref.sha256[:12]})")
+                _MODELS[model_key] = model
             models[name] = _MODELS[model_key]
         tasks = {name: model_task(name) for name in models}
         predictor = Predictor(

@@ -41,13 +41,15 @@ def chunk_context(
     )
 
 
-def environment(device: Any, dtype: Any) -> dict[str, Any]:
-    """The software and device a chunk ran on, and the precision of its arithmetic."""
+def environment(device: Any, dtype: Any, precision_reason: str = "") -> dict[str, Any]:
+    """The software and device a chunk ran on, the precision of its arithmetic and why."""
     import platform
 
     import torch
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    from tasks.precision import cpu_name
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {
         "platform_version": platform_version(),
         "python": platform.python_version(),
@@ -56,4 +58,5 @@ def environment(device: Any, dtype: Any) -> dict[str, Any]:
         "device": str(device),
         "device_name": name or platform.machine(),
         "precision": str(dtype).removeprefix("torch."),
+        "precision_reason": precision_reason,
     }
