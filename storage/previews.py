@@ -208,6 +208,11 @@ def pass_preview(
     return thumbnail(rgb, max_side, pixel_aspect, nearest=kind == "labels")
 
 
+# The score below which a keypoint is not drawn (its place is a guess); the accuracy gate
+# compares the keypoints at or above it (tasks.precision_gate).
+SHOWN_KEYPOINT_SCORE = 0.3
+
+
 def pose_preview(
     plate: np.ndarray,
     people: Sequence[Any],
@@ -215,7 +220,7 @@ def pose_preview(
     link_colours: Sequence[Sequence[int]] | Sequence[int],
     keypoint_colours: Sequence[Sequence[int]] | Sequence[int] | None = None,
     *,
-    min_score: float = 0.3,
+    min_score: float = SHOWN_KEYPOINT_SCORE,
     max_side: int = MAX_SIDE,
     pixel_aspect: float = 1.0,
     frame_size: tuple[int, int] | None = None,

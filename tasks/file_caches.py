@@ -50,9 +50,10 @@ class JsonFileCache:
         if path is None or not path.is_file():
             return {}
         try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError):  # unreadable or not JSON: every entry is learnt again
             return {}
+        return entries if isinstance(entries, dict) else {}  # JSON, but not a map (a list...)
 
 
 # sha256 of big checkpoints takes seconds to minutes; remember it per (path, size, mtime).
