@@ -18,11 +18,17 @@ class JsonFileCache:
     rewritten atomically. Two processes writing at once may drop each other's newest entry,
     which only costs recomputing it; a cache that cannot be written costs the same."""
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, *, path_env: str | None = None) -> None:
+        """``path_env``: an environment variable that, when set, names the file instead
+        (a cache of what is true of the whole machine, shared by every SVFX_HOME on it)."""
         self.filename = filename
+        self.path_env = path_env
         self._lock = threading.Lock()
 
     def file(self) -> Path | None:
+        explicit = os.environ.get(self.path_env) if self.path_env else None
+        if explicit:
+            return Path(explicit)
         home = os.environ.get("SVFX_HOME")
         return Path(home) / self.filename if home else None
 

@@ -115,7 +115,15 @@ def _cpu_auto(device: torch.device, instructions: tuple[str, ...]) -> PrecisionC
             torch.float32,
             f"{cpu_name()} has no bf16 instructions (AMX-BF16, AVX512-BF16 or Arm BF16)",
         )
-    verdict = _gate_verdict(device)
+    try:
+        verdict = _gate_verdict(device)
+    except Exception as exc:  # a broken install (its weights gone): fp32, and say why
+        return PrecisionChoice(
+            "auto",
+            torch.float32,
+            f"{cpu_name()} has {instructions[0]} but the bf16 accuracy gate could not run "
+            f"({type(exc).__name__}: {exc})",
+        )
     if not verdict.holds:
         return PrecisionChoice(
             "auto",

@@ -45,7 +45,8 @@ from tasks.precision_gate_scene import GATE_SEEDS, GateScene, make_scene
 # Bump when the plates, the metrics or what a cache entry holds change: older entries are then
 # measured again. (New weights change the key by themselves: it holds their digest.)
 GATE_REVISION = 1
-GATE_CACHE = JsonFileCache("precision-gate.json")
+# Under SVFX_HOME, or the file SVFX_PRECISION_GATE_CACHE names (the test suite shares one).
+GATE_CACHE = JsonFileCache("precision-gate.json", path_env="SVFX_PRECISION_GATE_CACHE")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 # The CPU flags that decide how torch runs bf16 (oneDNN's kernels): bf16 dot products
 # (AVX512-BF16, Arm's BF16), AMX tiles, and the vector widths beneath them.

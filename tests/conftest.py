@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,12 @@ os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+# The bf16 accuracy gate's figures are a fact of the machine: measured once for the whole
+# session (and its worker processes), not once per test's SVFX_HOME.
+os.environ.setdefault(
+    "SVFX_PRECISION_GATE_CACHE",
+    os.path.join(tempfile.gettempdir(), f"svfx-tests-{os.getuid()}", "precision-gate.json"),
+)
 
 
 def _restored_environment() -> Iterator[None]:

@@ -14,6 +14,7 @@ from PIL import Image
 from schemas.spec import parse_spec
 from storage.zarr_store import read_stored_frame
 from tasks.chunk_worker import default_focal, process_chunk
+from tasks.model_cache import worker_precision
 from tests.shot_helpers import SMALL, make_plate, small_chunk_job, spec_data
 
 FRAMES = (1001, 1002, 1003, 1004, 1005)
@@ -90,7 +91,9 @@ def test_every_output_is_recorded_with_a_checksum(shot):
 def test_models_stay_resident_and_a_rerun_rewrites_the_same_bytes(shot):
     _, first, second = shot
     assert second.load_s == 0.0
-    assert first.model_s > 0 and first.environment["precision"] == "float32"
+    auto = worker_precision("auto")  # what this machine's CPU and the accuracy gate give
+    assert first.model_s > 0 and first.environment["precision"] == auto.name
+    assert first.environment["precision_reason"] == auto.reason
     before = {(o.uri, o.part, o.kind): o.sha256 for f in first.frames for o in f.outputs}
     after = {(o.uri, o.part, o.kind): o.sha256 for f in second.frames for o in f.outputs}
     exr_before = {k: v for k, v in before.items() if k[2] in ("exr", "zarr")}

@@ -114,7 +114,7 @@ def test_a_failure_of_the_computation_itself_is_raised(monkeypatch) -> None:
     net = _Net().eval()
     healed: list[int] = []
     compile_modules([net], heal=lambda: healed.append(1), on_eager=lambda _w: None)
-    with pytest.raises(RuntimeError, match="shapes cannot be multiplied|size mismatch|mat1"):
+    with pytest.raises(RuntimeError, match=r"shapes cannot be multiplied|size mismatch|mat1"):
         net(torch.randn(2, 5))
     assert healed == []
 
@@ -127,7 +127,9 @@ def test_the_cache_is_per_torch_version_under_svfx_home(monkeypatch, tmp_path: P
     assert compiled_models.compile_cache_dir() is None
 
 
-@pytest.mark.parametrize(("value", "wanted"), [("1", True), ("on", True), ("0", False), ("", False)])
+@pytest.mark.parametrize(
+    ("value", "wanted"), [("1", True), ("on", True), ("0", False), ("", False)]
+)
 def test_compile_is_opt_in(monkeypatch, value: str, wanted: bool) -> None:
     monkeypatch.setenv(compiled_models.COMPILE_ENV, value)
     assert compiled_models.compile_wanted() is wanted

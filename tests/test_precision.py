@@ -108,3 +108,26 @@ def test_this_machines_instructions_are_the_kernels_cpu_flags():
     assert ("AVX512-BF16" in found) == ("avx512_bf16" in flags)
     assert ("AMX-BF16" in found) == ("amx_bf16" in flags)
     assert precision.cpu_name() not in ("", "x86_64")
+
+
+def test_auto_is_fp32_when_the_gate_cannot_run(monkeypatch):
+    _cpu(monkeypatch, ("AMX-BF16",))
+
+    def broken(_device):
+        raise FileNotFoundError("tasks/precision_gate_weights/backbone.safetensors")
+
+    monkeypatch.setattr(precision, "_gate_verdict", broken)
+    choice = precision.choose_precision("auto", CPU)
+    assert choice.dtype == torch.float32
+    assert "could not run" in choice.reason and "backbone.safetensors" in choice.reason
+
+
+def test_auto_on_this_cpu_goes_through_the_real_gate(tmp_path, monkeypatch):
+    """No stand-ins: this machine's instructions and the gate's own models and limits."""
+    monkeypatch.setenv("SVFX_PRECISION_GATE_CACHE", str(tmp_path / "gate.json"))
+    choice = precision.choose_precision("auto", CPU)
+    if not precision.cpu_bf16_instructions():
+        assert choice.dtype == torch.float32 and "no bf16 instructions" in choice.reason
+        return
+    assert "accuracy gate" in choice.reason
+    assert (tmp_path / "gate.json").is_file()  # measured once, kept for the machine

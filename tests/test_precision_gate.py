@@ -115,6 +115,7 @@ def test_a_tight_limit_fails_naming_its_metric(
     bf16_figures: dict[str, float], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.delenv("SVFX_PRECISION_GATE_CACHE", raising=False)  # the suite's shared one
     monkeypatch.setattr(gate, "measure", lambda device, dtype: dict(bf16_figures))
     tight = gate.with_bound(gate.LIMITS, "matte.error_p99", 0.0)
     verdict = gate.gate_verdict(CPU, limits=tight)
@@ -152,6 +153,7 @@ def test_a_bad_cache_entry_is_measured_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.delenv("SVFX_PRECISION_GATE_CACHE", raising=False)  # the suite's shared one
     calls = []
 
     def fake_measure(device: torch.device, dtype: torch.dtype) -> dict[str, float]:
@@ -174,6 +176,7 @@ def test_a_bad_cache_entry_is_measured_again(
 def test_a_failing_nan_is_kept_and_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dtype that gives NaN fails the gate, from the cache too (JSON keeps the NaN)."""
     monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.delenv("SVFX_PRECISION_GATE_CACHE", raising=False)  # the suite's shared one
     figures = {metric: math.nan for metric in gate.METRICS}
     monkeypatch.setattr(gate, "measure", lambda device, dtype: dict(figures))
     assert not gate.gate_verdict(CPU).holds
