@@ -234,6 +234,7 @@ def section_model(report: Report, device: torch.device, sizes: Sizes) -> None:
     dtype = model_dtype(device)
     args = SimpleNamespace(
         dtype=dtype_name(dtype), task=None, batch=sizes.batch, compile=False, reference=True,
+        channels_last=True,
         repeats=sizes.repeats, warmup=sizes.warmup,
     )  # fmt: skip
     fast, reference = bench_one(sizes.arch, sizes.hw, args, device)
