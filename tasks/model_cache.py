@@ -17,6 +17,7 @@ from sapiens.loading import load_model
 from sapiens.predictor import Predictor
 from schemas.passes import model_task
 from tasks.checkpoints import CheckpointRef
+from tasks.node_threads import worker_torch_threads
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
@@ -79,10 +80,11 @@ def get_predictor(
 
 
 def _limit_threads() -> None:
-    """CPU workers share the machine: take the thread count the cluster set for us."""
-    threads = os.environ.get("SVFX_TORCH_THREADS")
-    if threads and torch.get_num_threads() != int(threads):
-        torch.set_num_threads(int(threads))
+    """A CPU worker runs its node plan's torch threads (`tasks.node_threads`: what the command
+    that started it handed on, else the rule); a GPU worker only SVFX_TORCH_THREADS."""
+    threads = worker_torch_threads(on_cpu=pick_device().type == "cpu")
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def resident_models() -> list[str]:

@@ -32,6 +32,7 @@ from flows import workers
 from flows.allocator import ALLOCATOR_ENV
 from flows.cluster import NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
+from tasks.node_threads import NodeCores, plan_threads
 from tests.shot_helpers import make_plate
 from tests.worker_helpers import start_env
 
@@ -85,15 +86,18 @@ def test_a_count_takes_the_first_visible_devices(monkeypatch):
     assert (_flag(cmd, "--nthreads"), _flag(cmd, "--memory-limit")) == ("2", "8GB")
 
 
-def test_zero_gpus_gives_one_cpu_worker_without_the_gpu_resource(monkeypatch):
+def test_zero_gpus_gives_the_nodes_cpu_workers_without_the_gpu_resource(monkeypatch):
+    """With --gpus 0 the node's thread plan (tests/test_node_threads.py): here one worker."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setattr(workers, "local_gpu_count", lambda: pytest.fail("looked for GPUs"))
     assert visible_gpus("0") == []
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own setting stays
-    ((cmd, env),) = worker_commands(ADDRESS, "0")
-    assert _set_here(env) == {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
+    plan = plan_threads(NodeCores(2, "test"))
+    ((cmd, env),) = worker_commands(ADDRESS, "0", plan=plan)
+    allocator = {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
+    assert _set_here(env) == {**allocator, **plan.environment()}
     assert "--resources" not in cmd and "GPU=1" not in cmd
-    assert _flag(cmd, "--name").startswith("cpu-")
+    assert _flag(cmd, "--name").startswith("cpu0-")
 
 
 def test_asking_for_more_gpus_than_visible_is_an_error(monkeypatch):
