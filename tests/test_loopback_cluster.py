@@ -32,7 +32,7 @@ from flows import workers
 from flows.allocator import ALLOCATOR_ENV
 from flows.cluster import NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
-from tasks.node_threads import NodeCores, plan_threads
+from tasks.node_threads import NodeCores, node_plan, plan_threads
 from tests.shot_helpers import make_plate
 from tests.worker_helpers import start_env
 
@@ -255,14 +255,20 @@ def test_svfx_workers_register_with_their_names(loopback):
     info = loopback["client"].scheduler_info(n_workers=-1)["workers"].values()
     hostname = socket.gethostname()
     assert sorted(w["name"] for w in info) == sorted(
-        f"cpu-{hostname}-{p.pid}" for p in loopback["procs"]
+        f"cpu0-{hostname}-{p.pid}" for p in loopback["procs"]
     )
     assert all(not w.get("resources") for w in info)  # CPU workers: no GPU resource
     assert all(w["nthreads"] == 1 for w in info)
     # the processes the nannies spawned started with the allocator settings (glibc reads them
     # then), not with Dask's own MALLOC_TRIM_THRESHOLD_
+    # and with the node's thread plan, which each `svfx worker` printed first
+    plan = node_plan(_env(loopback["tmp"]))
     for started in loopback["client"].run(start_env).values():
         assert {key: started.get(key) for key in ALLOCATOR_ENV} == ALLOCATOR_ENV
+        assert {key: started.get(key) for key in plan.environment()} == plan.environment()
+    for name in ("svfx-worker-a", "svfx-worker-b"):
+        log = (loopback["tmp"] / f"{name}.log").read_text()
+        assert log.startswith(plan.describe() + "\n"), log
 
 
 @pytest.mark.timeout(300)
