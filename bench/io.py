@@ -167,7 +167,7 @@ def staged(job: Any, predictor: Any, stages: Stages) -> None:
     from tasks.frame_reading import FrameReader
     from tasks.frame_writing import FrameWriter
 
-    size_encoder_threads()
+    size_encoder_threads(on_cpu=False)  # every core: as a GPU worker, the model aside
     spec = ShotSpec.model_validate(job.spec)
     colour = ColourConversion(job.plate_colorspace)
     reader = FrameReader(spec, colour, job.frame_hw, ["0" * 64], plate=job.plate)

@@ -18,6 +18,7 @@ from .console import (
     get_settings,
     interactive,
     refused,
+    refusing,
 )
 from .submit import run_submit
 
@@ -28,18 +29,26 @@ from .submit import run_submit
 
 # -- cluster and workers ---------------------------------------------------------------------
 def cluster(
-    workers: Annotated[int, typer.Option(help="CPU worker processes (no GPUs)")] = 2,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="CPU worker processes (no GPUs); default: the node's plan"),
+    ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs to use (default: all visible)")] = None,
     dashboard: bool = True,
 ) -> None:
-    """Start a local Dask cluster (one worker per GPU with GPU=1) and print its address and
-    where its dashboard is."""
-    from flows.cluster import local_dashboard_missing, start_local_cluster
+    """Start a local Dask cluster (one worker per GPU with GPU=1, else the node's CPU workers)
+    and print its address, where its dashboard is and, for CPU workers, their threads."""
+    from flows.cluster import local_dashboard_missing, local_gpu_count, start_local_cluster
+    from tasks.node_threads import node_plan
 
     get_settings()
+    gpus = local_gpu_count() if gpus is None else gpus
+    plan = None if gpus else refusing(lambda: node_plan(workers=workers))
+    if plan is not None:
+        console.print(plan.describe(), markup=False, highlight=False, soft_wrap=True)
     # without bokeh the scheduler would open :8787 on every interface for /health alone
     missing = local_dashboard_missing() if dashboard else "--no-dashboard"
-    local = start_local_cluster(workers, gpus=gpus, dashboard=missing is None)
+    local = start_local_cluster(workers, gpus=gpus, dashboard=missing is None, plan=plan)
     console.print(f"scheduler: [bold]{local.scheduler_address}[/]")
     plain: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}
     console.print(f"export SVFX_DASK_ADDRESS={local.scheduler_address}", **plain)
@@ -58,21 +67,53 @@ def cluster(
 
 def worker(
     address: Annotated[str, typer.Argument(help="scheduler address, e.g. tcp://host:8786")],
-    gpus: Annotated[str, typer.Option(help="auto, a count, or 0 for one CPU worker")] = "auto",
-    nthreads: int = 1,
-    memory_limit: str = "auto",
+    gpus: Annotated[str, typer.Option(help="auto, a count, or 0 for CPU workers")] = "auto",
+    nthreads: Annotated[int, typer.Option(help="Dask threads (chunks at once) per worker")] = 1,
+    memory_limit: Annotated[
+        str, typer.Option(help="per worker; auto: the node's memory split among them")
+    ] = "auto",
+    workers: Annotated[
+        int | None,
+        typer.Option(help="CPU worker processes (--gpus 0); default: SVFX_CPU_WORKERS, the rule"),
+    ] = None,
+    torch_threads: Annotated[
+        int | None,
+        typer.Option(help="torch threads per CPU worker; default: SVFX_TORCH_THREADS, the rule"),
+    ] = None,
+    exr_threads: Annotated[
+        int | None,
+        typer.Option(help="OpenEXR threads per CPU worker; default: SVFX_EXR_THREADS, the rule"),
+    ] = None,
 ) -> None:
-    """Start GPU workers for an existing scheduler: one process per GPU, each with GPU=1;
-    prints where the scheduler's dashboard is."""
+    """Start workers for an existing scheduler: one process per GPU, each with GPU=1, or with
+    --gpus 0 the node's CPU workers, whose plan (workers, torch threads, the cores left for
+    reading and encoding, from the node's or Slurm's cores) it prints; prints where the
+    scheduler's dashboard is. Threads above the node's cores are refused (exit 2)."""
     from flows.workers import about_scheduler, run_workers, visible_gpus
+    from tasks.node_threads import node_plan
 
     settings = get_settings()
     try:
-        visible_gpus(gpus)  # a bad --gpus is refused before the scheduler is asked
+        # a bad --gpus or thread count is refused before the scheduler is asked
+        devices = visible_gpus(gpus)
+        cpu_options = (workers, torch_threads, exr_threads)
+        if devices and any(option is not None for option in cpu_options):
+            raise ValueError(
+                "--workers, --torch-threads and --exr-threads are for CPU workers (--gpus 0); "
+                "GPU workers are one per GPU"
+            )
+        plan = None
+        if not devices:
+            plan = refusing(
+                lambda: node_plan(
+                    workers=workers, torch_threads=torch_threads, exr_threads=exr_threads
+                )
+            )
+            console.print(plan.describe(), markup=False, highlight=False, soft_wrap=True)
         lines = about_scheduler(address, settings.dask_connect_timeout_s)
         for line in lines:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
-        code = run_workers(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
+        code = run_workers(address, gpus, plan=plan, nthreads=nthreads, memory_limit=memory_limit)
     except ValueError as exc:  # --gpus asks for more GPUs than there are, or is not a count
         raise fail(str(exc)) from None
     raise typer.Exit(code)

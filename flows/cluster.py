@@ -2,8 +2,9 @@
 
 GPU workers carry the Dask resource ``GPU=1`` (one worker per GPU, one thread each); chunks
 are submitted with ``resources={"GPU": 1}`` when such workers exist. A CPU-only LocalCluster
-has no GPU resource: each worker process is one model slot, and torch gets an even share of
-the cores so the workers do not fight over them.
+has no GPU resource: each worker process is one model slot, and the node's cores are shared
+among them as `tasks.node_threads` plans (workers, torch threads, EXR threads), handed to each
+worker process in its environment.
 
 Commands prove a scheduler answers (``scheduler_identity``, within a few seconds) before they
 register or submit anything, and say where its dashboard is (``scheduler_dashboard``).
@@ -25,6 +26,7 @@ import dask
 from distributed import Client, LocalCluster
 
 from schemas.settings import Settings
+from tasks.node_threads import ThreadPlan, node_cores, node_plan
 
 from .allocator import allocator_env, allocator_settings
 from .refusals import ClusterError
@@ -84,14 +86,15 @@ def nannies_spawning_with(env: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def worker_command_env() -> dict[str, str]:
+def worker_command_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `svfx worker` adds for a `dask worker` command: the allocator
-    settings, the config variable that has its nanny pass them (with Dask's own) to the
+    settings and `extra` (a CPU worker's thread plan), the config variable that has its
+    nanny pass them (with Dask's own, whose OMP_NUM_THREADS=1 `extra` may replace) to the
     worker process it spawns, and the profiler off (`worker_dask_config`). A config variable
     the user has set is left as it is."""
-    env = allocator_env()
+    env = {**allocator_env(), **(extra or {})}
     if NANNY_SPAWN_ENV_VAR not in os.environ:
-        env[NANNY_SPAWN_ENV_VAR] = repr(nanny_spawn_env())
+        env[NANNY_SPAWN_ENV_VAR] = repr(nanny_spawn_env(extra))
     if PROFILE_ENV_VAR not in os.environ:
         env[PROFILE_ENV_VAR] = "False"
     return env
@@ -107,9 +110,16 @@ def local_gpu_count() -> int:
 
 
 def start_local_cluster(
-    n_workers: int | None = None, *, gpus: int | None = None, dashboard: bool = False
+    n_workers: int | None = None,
+    *,
+    gpus: int | None = None,
+    dashboard: bool = False,
+    plan: ThreadPlan | None = None,
 ) -> LocalCluster:
-    """A LocalCluster: one worker per GPU (with GPU=1) when GPUs exist, else CPU workers."""
+    """A LocalCluster: one worker per GPU (with GPU=1) when GPUs exist, else the CPU workers
+    of the node's plan (`tasks.node_threads`; ``n_workers`` of them when given, or ``plan``
+    as the caller printed it), each started with its torch and EXR threads. ThreadPlanError
+    when the threads asked for are more than the cores."""
     gpus = local_gpu_count() if gpus is None else gpus
     dashboard_address = ":8787" if dashboard else None
     if gpus > 0:
@@ -124,14 +134,13 @@ def start_local_cluster(
                     dashboard_address=dashboard_address,
                 )
         except ImportError:
-            pass  # without dask-cuda: one plain worker per GPU, pinned below
-    workers = gpus or n_workers or 2
-    cores = os.cpu_count() or 1
-    threads = max(1, cores // workers)
-    spawn_env = nanny_spawn_env(
-        {"SVFX_TORCH_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    )
-    with nannies_spawning_with(spawn_env):
+            pass  # without dask-cuda: one plain worker per GPU
+        threads = str(max(1, node_cores().count // gpus))
+        workers, extra = gpus, {"SVFX_TORCH_THREADS": threads, "OMP_NUM_THREADS": threads}
+    else:
+        plan = plan or node_plan(workers=n_workers)
+        workers, extra = plan.workers, plan.environment()
+    with nannies_spawning_with(nanny_spawn_env(extra)):
         return LocalCluster(
             n_workers=workers,
             threads_per_worker=1,

@@ -1,7 +1,8 @@
-"""`svfx worker`: GPU workers for an existing scheduler. One `dask worker` process per GPU,
+"""`svfx worker`: workers for an existing scheduler. One `dask worker` process per GPU,
 each seeing only its GPU (``CUDA_VISIBLE_DEVICES``) and declaring ``GPU=1``, one thread, so
-two chunks never share a CUDA context. With no GPU (``--gpus 0``) one CPU worker without the
-GPU resource. The processes are plain `dask worker` (nanny-managed: restarted if they die);
+two chunks never share a CUDA context. With no GPU (``--gpus 0``) the CPU workers of the
+node's plan (`tasks.node_threads`: how many, and each one's torch and EXR threads), without
+the GPU resource. The processes are plain `dask worker` (nanny-managed: restarted if they die);
 SIGINT and SIGTERM (docker stop, Kubernetes, Slurm) are passed on and waited for."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import socket
 import subprocess
 import sys
 from types import FrameType
+
+from tasks.node_threads import ThreadPlan, node_plan
 
 from .cluster import (
     local_gpu_count,
@@ -40,9 +43,23 @@ def visible_gpus(gpus: str) -> list[str]:
 
 
 def worker_commands(
-    address: str, gpus: str, *, nthreads: int = 1, memory_limit: str = "auto"
+    address: str,
+    gpus: str,
+    *,
+    plan: ThreadPlan | None = None,
+    nthreads: int = 1,
+    memory_limit: str = "auto",
 ) -> list[tuple[list[str], dict[str, str]]]:
-    """The command and extra environment of each worker process to start."""
+    """The command and extra environment of each worker process to start: one per GPU, or
+    with none the CPU workers of ``plan`` (the node's, `tasks.node_threads`, when None), each
+    with its threads in its environment. ``memory_limit`` "auto" is the node's memory split
+    evenly among them (Dask's own "auto" would give each nthreads/cores of it)."""
+    devices = visible_gpus(gpus)
+    if not devices:
+        plan = plan or node_plan()
+    count = len(devices) or (plan.workers if plan else 1)
+    if memory_limit == "auto":
+        memory_limit = f"{1 / count:.4f}"  # a fraction of the node's memory (Dask: <= 1)
     base = [
         sys.executable,
         "-m",
@@ -55,9 +72,9 @@ def worker_commands(
     ]
     # unique per host and launch (two Slurm jobs on one node must not clash)
     tag = f"{socket.gethostname()}-{os.environ.get('SLURM_JOB_ID') or os.getpid()}"
-    devices = visible_gpus(gpus)
-    if not devices:
-        return [([*base, "--name", f"cpu-{tag}"], worker_command_env())]
+    if plan is not None:
+        env = worker_command_env(plan.environment())
+        return [([*base, "--name", f"cpu{index}-{tag}"], env) for index in range(count)]
     return [
         (
             [*base, "--resources", "GPU=1", "--name", f"gpu{device}-{tag}"],
@@ -83,8 +100,17 @@ def about_scheduler(address: str, timeout_s: float) -> list[str]:
     ]
 
 
-def run_workers(address: str, gpus: str, *, nthreads: int = 1, memory_limit: str = "auto") -> int:
-    commands = worker_commands(address, gpus, nthreads=nthreads, memory_limit=memory_limit)
+def run_workers(
+    address: str,
+    gpus: str,
+    *,
+    plan: ThreadPlan | None = None,
+    nthreads: int = 1,
+    memory_limit: str = "auto",
+) -> int:
+    commands = worker_commands(
+        address, gpus, plan=plan, nthreads=nthreads, memory_limit=memory_limit
+    )
     # Each worker in its own process group: a Ctrl-C in the terminal then reaches them once,
     # through `forward`. A second SIGINT makes `dask worker` abort instead of closing cleanly.
     procs = [

@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     # Comma- or colon-separated; default: home and the current directory.
     allowed_roots: Annotated[list[str], NoDecode] = Field(default_factory=list)
     s3_endpoint_url: str | None = None
-    local_workers: int = 2  # LocalCluster worker processes when no address is given
+    # LocalCluster CPU worker processes when no address is given; None: the node's plan
+    # (tasks/node_threads.py, SVFX_CPU_WORKERS)
+    local_workers: int | None = Field(None, ge=1)
     chunk_window: int = 0  # chunks in flight per worker; 0: 2 per GPU worker
     api_token: str | None = None  # bearer token of the API's write endpoints; None: disabled
     # The embedded Prefect server (no PREFECT_API_URL): how long it may take to start.

@@ -10,7 +10,7 @@ pixels). Three stages overlap so the model's device never waits on the host:
     this thread     upload, tiles, model batches, blending and every per-pixel step after
                     the model on the device, then the non-blocking copy of each frame's
                     final arrays to the host (``tasks.frame_inference``); pose
-    writer threads  EXR per frame (OpenEXR's thread pool sized to the worker's cores), the
+    writer threads  EXR per frame (OpenEXR's thread pool: ``size_encoder_threads``), the
                     frame's Zarr region, previews, pose fragment, frame record
                     (``tasks.frame_writing``); at most `WRITE_BEHIND` frames queued
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
 import resource
 import threading
@@ -48,6 +47,7 @@ from tasks.frame_passes import MOTION
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import get_predictor, worker_precision
+from tasks.node_threads import worker_exr_threads
 from tasks.plate_flow import DEFAULT_FLOW
 from tasks.provenance import chunk_context, environment
 
@@ -77,7 +77,7 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
         predictor, load_s = get_predictor(
             job.checkpoints, precision=spec.precision, batch_size=spec.batch_size
         )
-    size_encoder_threads()
+    size_encoder_threads(on_cpu=predictor.device.type == "cpu")
     model_before = predictor.timer.seconds()
     colour = ColourConversion(job.plate_colorspace)
     context = chunk_context(
@@ -110,18 +110,18 @@ def precision_reason(spec: ShotSpec, predictor: Predictor) -> str:
     return choice.reason
 
 
-def size_encoder_threads() -> int:
+def size_encoder_threads(on_cpu: bool) -> int:
     """Size OpenEXR's global thread pool (it encodes a part's scanline blocks in parallel)
-    to the cores this worker may use, once per process; ``SVFX_EXR_THREADS`` overrides.
-    Left alone it is 0: every EXR is encoded on the writer thread alone. Returns the size."""
+    once per process: a CPU worker's to its node plan (`tasks.node_threads`: the core kept
+    for reading and encoding, or 0 when they share the torch threads' cores), a GPU
+    worker's to every core it may use; ``SVFX_EXR_THREADS`` overrides. At 0 every EXR is
+    encoded on its writer thread alone. Returns the size."""
     global _ENCODER_THREADS
     with _ENCODER_LOCK:
         if _ENCODER_THREADS is None:
             import OpenEXR
 
-            explicit = os.environ.get("SVFX_EXR_THREADS")
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-            _ENCODER_THREADS = int(explicit) if explicit else max(1, cores or os.cpu_count() or 1)
+            _ENCODER_THREADS = worker_exr_threads(on_cpu)
             OpenEXR.set_global_thread_count(_ENCODER_THREADS)
         return _ENCODER_THREADS
 

@@ -18,6 +18,7 @@ from sapiens.predictor import Predictor
 from schemas.passes import model_task
 from tasks.checkpoints import CheckpointRef
 from tasks.compiled_models import compile_for_worker, compile_wanted
+from tasks.node_threads import worker_torch_threads
 from tasks.precision import PrecisionChoice, choose_precision
 
 _LOCK = threading.Lock()
@@ -82,10 +83,11 @@ def get_predictor(
 
 
 def _limit_threads() -> None:
-    """CPU workers share the machine: take the thread count the cluster set for us."""
-    threads = os.environ.get("SVFX_TORCH_THREADS")
-    if threads and torch.get_num_threads() != int(threads):
-        torch.set_num_threads(int(threads))
+    """A CPU worker runs its node plan's torch threads (`tasks.node_threads`: what the command
+    that started it handed on, else the rule); a GPU worker only SVFX_TORCH_THREADS."""
+    threads = worker_torch_threads(on_cpu=pick_device().type == "cpu")
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def resident_models() -> list[str]:

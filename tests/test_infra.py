@@ -1054,6 +1054,60 @@ def test_slurm_cpu_only_workers_have_no_gres_and_no_gpu_resource(slurm: ModuleTy
         slurm.parse_args(["--gpus-per-job=2"])
 
 
+def test_slurm_cpu_jobs_carry_the_node_thread_plan(
+    slurm: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--gpus-per-job 0: each job's --cores are shared as tasks/node_threads.py plans them
+    (workers per job, torch threads, a core for reading and encoding), in the job script
+    dask-jobqueue writes; more threads than --cores is refused in one line, exit 2."""
+    for name in ("SVFX_CPU_WORKERS", "SVFX_TORCH_THREADS", "SVFX_EXR_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    options = slurm.parse_args(["--queue=cpu", "--gpus-per-job=0", "--cores=32", "--memory=128GB"])
+    kwargs = slurm.cluster_kwargs(options, {})
+    assert kwargs["processes"] == 2 and kwargs["cores"] == 32
+    monkeypatch.delitem(sys.modules, "dask_jobqueue")  # the fixture's block, for the script
+    slurm_job = pytest.importorskip("dask_jobqueue.slurm").SLURMJob
+    del kwargs["scheduler_options"]  # the cluster's, not the job's
+    script = slurm_job(scheduler="tcp://head:8786", name="w", **kwargs).job_script()
+    assert re.search(r"^#SBATCH --cpus-per-task=32$", script, re.M), script
+    line = (
+        "CPU node: 32 cores (--cores per Slurm job): 2 workers x 15 torch threads, 1 core "
+        "each for reading and encoding"
+    )
+    assert f"echo '{line}'" in script
+    for export in ("SVFX_CPU_WORKERS=2", "SVFX_TORCH_THREADS=15", "SVFX_EXR_THREADS=1"):
+        assert re.search(rf"^export {export}$", script, re.M), export
+    (command,) = [row for row in script.splitlines() if "distributed.cli.dask_worker" in row]
+    args = command.split()
+    assert flag_value(args, "--nworkers") == "2"
+    assert flag_value(args, "--nthreads") == "1"  # after jobqueue's cores/processes: it wins
+    assert "--resources" not in args
+
+    # an override from --env or the environment (Slurm passes it to the job) is kept
+    options = slurm.parse_args(["--gpus-per-job=0", "--cores=16", "--env=SVFX_TORCH_THREADS=8"])
+    prologue = slurm.cluster_kwargs(options, {"SVFX_CPU_WORKERS": "2"})["job_script_prologue"]
+    assert "export SVFX_CPU_WORKERS=2" in prologue and "export SVFX_TORCH_THREADS=8" in prologue
+    assert prologue.count("export SVFX_TORCH_THREADS=8") == 1
+
+    # and a GPU job has none of it
+    gpu = slurm.cluster_kwargs(slurm.parse_args(["--cores=32"]), {})
+    assert gpu["processes"] == 1
+    assert not [row for row in gpu["job_script_prologue"] if "SVFX_TORCH_THREADS" in row]
+
+
+def test_slurm_cpu_jobs_with_more_threads_than_cores_are_refused(
+    slurm: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--gpus-per-job=0", "--cores=8", "--env=SVFX_TORCH_THREADS=12", "--dry-run"]
+    assert slurm.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "error: 1 CPU worker x 12 torch threads = 12 threads, more than 8 cores "
+        "(--cores per Slurm job)\n"
+    )
+
+
 def test_slurm_refused_submission_is_one_line_naming_the_partition(
     slurm: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

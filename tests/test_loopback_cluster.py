@@ -32,6 +32,7 @@ from flows import workers
 from flows.allocator import ALLOCATOR_ENV
 from flows.cluster import NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
+from tasks.node_threads import NodeCores, node_plan, plan_threads
 from tests.shot_helpers import make_plate
 from tests.worker_helpers import start_env
 
@@ -85,15 +86,18 @@ def test_a_count_takes_the_first_visible_devices(monkeypatch):
     assert (_flag(cmd, "--nthreads"), _flag(cmd, "--memory-limit")) == ("2", "8GB")
 
 
-def test_zero_gpus_gives_one_cpu_worker_without_the_gpu_resource(monkeypatch):
+def test_zero_gpus_gives_the_nodes_cpu_workers_without_the_gpu_resource(monkeypatch):
+    """With --gpus 0 the node's thread plan (tests/test_node_threads.py): here one worker."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     monkeypatch.setattr(workers, "local_gpu_count", lambda: pytest.fail("looked for GPUs"))
     assert visible_gpus("0") == []
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own setting stays
-    ((cmd, env),) = worker_commands(ADDRESS, "0")
-    assert _set_here(env) == {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
+    plan = plan_threads(NodeCores(2, "test"))
+    ((cmd, env),) = worker_commands(ADDRESS, "0", plan=plan)
+    allocator = {k: v for k, v in ALLOCATOR_ENV.items() if k != "MALLOC_ARENA_MAX"}
+    assert _set_here(env) == {**allocator, **plan.environment()}
     assert "--resources" not in cmd and "GPU=1" not in cmd
-    assert _flag(cmd, "--name").startswith("cpu-")
+    assert _flag(cmd, "--name").startswith("cpu0-")
 
 
 def test_asking_for_more_gpus_than_visible_is_an_error(monkeypatch):
@@ -251,14 +255,20 @@ def test_svfx_workers_register_with_their_names(loopback):
     info = loopback["client"].scheduler_info(n_workers=-1)["workers"].values()
     hostname = socket.gethostname()
     assert sorted(w["name"] for w in info) == sorted(
-        f"cpu-{hostname}-{p.pid}" for p in loopback["procs"]
+        f"cpu0-{hostname}-{p.pid}" for p in loopback["procs"]
     )
     assert all(not w.get("resources") for w in info)  # CPU workers: no GPU resource
     assert all(w["nthreads"] == 1 for w in info)
     # the processes the nannies spawned started with the allocator settings (glibc reads them
     # then), not with Dask's own MALLOC_TRIM_THRESHOLD_
+    # and with the node's thread plan, which each `svfx worker` printed first
+    plan = node_plan(_env(loopback["tmp"]))
     for started in loopback["client"].run(start_env).values():
         assert {key: started.get(key) for key in ALLOCATOR_ENV} == ALLOCATOR_ENV
+        assert {key: started.get(key) for key in plan.environment()} == plan.environment()
+    for name in ("svfx-worker-a", "svfx-worker-b"):
+        log = (loopback["tmp"] / f"{name}.log").read_text()
+        assert log.startswith(plan.describe() + "\n"), log
 
 
 @pytest.mark.timeout(300)

@@ -28,6 +28,7 @@ from flows.cluster import (
 )
 from flows.worker_memory import PLUGIN_NAME, return_freed_memory
 from schemas.settings import Settings
+from tasks.node_threads import node_plan
 from tests.worker_helpers import start_env
 
 pytestmark = pytest.mark.skipif(
@@ -54,7 +55,7 @@ def _plugin_trims(dask_worker) -> int | None:
 
 def test_the_embedded_cluster_starts_its_workers_with_the_allocator_settings(tmp_path):
     settings = Settings(home=tmp_path, local_workers=1)
-    ours = [*ALLOCATOR_ENV, "SVFX_TORCH_THREADS", "OMP_NUM_THREADS"]
+    ours = [*ALLOCATOR_ENV, *node_plan(workers=1).environment()]
     before = {key: os.environ.get(key) for key in ours}
     with dask_client(settings) as client:
         (started,) = client.run(start_env).values()
@@ -63,8 +64,8 @@ def test_the_embedded_cluster_starts_its_workers_with_the_allocator_settings(tmp
     assert profiling is False
     for key, value in ALLOCATOR_ENV.items():
         assert started.get(key) == value, key  # Dask's own MALLOC_TRIM_THRESHOLD_ does not win
-    threads = str(os.cpu_count() or 1)
-    assert started["SVFX_TORCH_THREADS"] == started["OMP_NUM_THREADS"] == threads
+    plan = node_plan(workers=1).environment()  # the node's plan (tests/test_node_threads.py)
+    assert {key: started.get(key) for key in plan} == plan
     assert trims == 0  # the plugin is in place, and nothing was above the pause fraction
     assert {key: os.environ.get(key) for key in ours} == before  # the nanny's writes: undone
 

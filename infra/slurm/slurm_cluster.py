@@ -7,7 +7,10 @@ is one line and exit status 2, before anything is queued), submits N Slurm jobs 
 each, every job one Dask worker with one thread and the resource ``GPU=1``, prints the
 scheduler address for ``SVFX_DASK_ADDRESS`` and keeps the scheduler alive until Ctrl-C
 (which cancels the jobs). ``--gpus-per-job 0`` makes CPU-only workers (no ``--gres``, no
-``GPU`` resource), for a CPU partition or a test cluster without GPUs::
+``GPU`` resource), for a CPU partition or a test cluster without GPUs: each job's
+``--cores`` are shared as sapiens-vfx's ``tasks/node_threads.py`` plans them (workers per
+job, torch threads each, a core for reading and encoding; the job script echoes the plan),
+so this script then needs sapiens-vfx importable, as in its own environment::
 
     pip install "dask-jobqueue>=0.9"      # optional, same environment as sapiens-vfx
     python infra/slurm/slurm_cluster.py --queue gpu --account vfx --jobs 8
@@ -57,8 +60,11 @@ SECRET_ENV: frozenset[str] = frozenset(
 # One Dask worker per job, one thread, tagged with the GPU resource the platform requests.
 WORKER_EXTRA_ARGS: tuple[str, ...] = ("--resources", "GPU=1", "--nthreads", "1")
 # --gpus-per-job 0: no GPU resource, so the platform submits chunks without one (as on a
-# CPU-only LocalCluster) rather than to workers claiming a GPU they do not have.
+# CPU-only LocalCluster) rather than to workers claiming a GPU they do not have. Each worker
+# runs one chunk at a time; its torch and EXR threads come from the job's thread plan.
 CPU_WORKER_EXTRA_ARGS: tuple[str, ...] = ("--nthreads", "1")
+# The variables of the CPU workers' thread plan (sapiens-vfx's tasks/node_threads.py).
+PLAN_ENV: tuple[str, ...] = ("SVFX_CPU_WORKERS", "SVFX_TORCH_THREADS", "SVFX_EXR_THREADS")
 SUBMIT_CHECK_TIMEOUT_S = 60
 
 
@@ -87,8 +93,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--cores",
         type=int,
         default=_env("SVFX_SLURM_CORES", "8"),
-        help="CPU cores per job for decoding and pre-processing; the Dask worker still "
-        "runs 1 thread (SVFX_SLURM_CORES, default 8)",
+        help="CPU cores per job (SVFX_SLURM_CORES, default 8): for a GPU worker, decoding and "
+        "encoding; with --gpus-per-job 0, the CPU workers' plan: workers per job, torch "
+        "threads each, a core for reading and encoding (SVFX_CPU_WORKERS, SVFX_TORCH_THREADS, "
+        "SVFX_EXR_THREADS override)",
     )
     slurm.add_argument(
         "--memory",
@@ -207,7 +215,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return options
 
 
-def _exports(options: argparse.Namespace, environ: Mapping[str, str]) -> list[str]:
+def _env_values(options: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """What each job exports: the forwarded settings set here, then ``--env``."""
     values: dict[str, str] = {name: environ[name] for name in FORWARDED_ENV if environ.get(name)}
     for item in options.env:
         name, sep, value = item.partition("=")
@@ -220,7 +229,25 @@ def _exports(options: argparse.Namespace, environ: Mapping[str, str]) -> list[st
                 "secret mechanism"
             )
         values[name] = value
-    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+    return values
+
+
+def cpu_thread_plan(options: argparse.Namespace, environ: Mapping[str, str]) -> Any:
+    """The CPU workers' plan for a job of ``--cores``: sapiens-vfx's rule (workers per job,
+    torch threads, the core kept for reading and encoding), with SVFX_CPU_WORKERS,
+    SVFX_TORCH_THREADS and SVFX_EXR_THREADS from ``--env`` or this environment (which Slurm
+    passes to the job) as overrides. ValueError (one line) when they ask for more threads
+    than the job's cores."""
+    try:
+        from tasks.node_threads import NodeCores, node_plan
+    except ImportError:
+        raise SystemExit(
+            "error: --gpus-per-job 0 plans the CPU workers' threads with sapiens-vfx: run "
+            "this script with the python of the environment that has sapiens-vfx installed"
+        ) from None
+    given = {name: environ[name] for name in PLAN_ENV if environ.get(name)}
+    given.update({k: v for k, v in _env_values(options, {}).items() if k in PLAN_ENV})
+    return node_plan(given, cores=NodeCores(options.cores, "--cores per Slurm job"))
 
 
 def cluster_kwargs(
@@ -234,14 +261,21 @@ def cluster_kwargs(
     prologue: list[str] = list(options.prologue)
     if venv:
         prologue.append(f"source {shlex.quote(venv)}/bin/activate")
-    prologue.extend(_exports(options, environ))
+    exports = _env_values(options, environ)
+    processes = 1
+    if not options.gpus_per_job:  # CPU workers: the job's cores shared by the plan
+        plan = cpu_thread_plan(options, environ)
+        processes = plan.workers
+        exports.update(plan.environment())
+        prologue.append(f"echo {shlex.quote(plan.describe())}")
+    prologue.extend(f"export {name}={shlex.quote(value)}" for name, value in exports.items())
     gres = [f"--gres={options.gres}"] if options.gpus_per_job else []
 
     kwargs: dict[str, Any] = {
         "queue": options.queue,
         "account": options.account,
         "cores": options.cores,
-        "processes": 1,
+        "processes": processes,
         "memory": options.memory,
         "walltime": options.walltime,
         "job_name": options.job_name,
@@ -342,8 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     try:
         kwargs = cluster_kwargs(options)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    except ValueError as exc:  # an --env that is not NAME=VALUE or a secret, too many threads
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if options.dry_run:
         print(json.dumps(kwargs, indent=2))
         return 0
