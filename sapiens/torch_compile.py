@@ -77,13 +77,19 @@ def _guard(
     lock = threading.Lock()
     state: dict[str, Any] = {"compiled": part._compiled_call_impl, "healed": False}
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def attempt(args: tuple, kwargs: dict) -> tuple[bool, Any]:
+        """(True, the output), or (False, the compiler's failure)."""
         try:
-            return state["compiled"](*args, **kwargs)
+            return True, state["compiled"](*args, **kwargs)
         except COMPUTATION_FAILURES:
-            return part._call_impl(*args, **kwargs)
+            return True, part._call_impl(*args, **kwargs)
         except COMPILER_FAILURES as exc:
-            failure = exc
+            return False, exc
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        ran, out = attempt(args, kwargs)
+        if ran:
+            return out
         with lock:
             if not state["healed"]:
                 state["healed"] = True
@@ -91,15 +97,12 @@ def _guard(
                     heal()
                 torch._dynamo.reset()
                 state["compiled"] = torch.compile(part._call_impl, mode=mode, dynamic=False)
-                try:
-                    return state["compiled"](*args, **kwargs)
-                except COMPUTATION_FAILURES:
-                    return part._call_impl(*args, **kwargs)
-                except COMPILER_FAILURES as again:
-                    failure = again
+                ran, out = attempt(args, kwargs)
+                if ran:
+                    return out
             part._compiled_call_impl = None  # eager from now on
         if on_eager is not None:
-            on_eager(_first_line(failure))
+            on_eager(_first_line(out))
         return part._call_impl(*args, **kwargs)
 
     part._compiled_call_impl = call
