@@ -17,11 +17,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import OpenEXR
 import pytest
+import torch
 from typer.testing import CliRunner, Result
 
 from cli import submit as submit_commands
 from cli.main import app as svfx_app
+from tasks.precision import choose_precision
 from tests.shot_helpers import make_plate
 
 SHOT = "demo/sq010/sh010"
@@ -292,6 +295,14 @@ def test_submit_runs_the_shot(submitted):
     exrs = sorted(Path(summary["output_root"]).glob("*.exr"))
     assert [p.name for p in exrs] == [f"sh010_sapiens2_v001.{f}.exr" for f in range(1001, 1005)]
     assert Path(summary["output_root"]).is_relative_to(submitted["out"])
+    # what the workers' models ran in, and why, in the summary and every EXR's header
+    auto = choose_precision("auto", torch.device("cpu"))
+    assert list(summary["precisions"]) == [f"{auto.name}: {auto.reason}"]
+    assert summary["precisions"][f"{auto.name}: {auto.reason}"]  # the workers, host:pid
+    with OpenEXR.File(str(exrs[0])) as exr:
+        header = dict(exr.parts[0].header)
+    assert header["svfx/precision"] == auto.name
+    assert header["svfx/precisionReason"] == auto.reason
 
 
 @pytest.mark.timeout(300)
