@@ -137,6 +137,7 @@ def run(
     workers: int,
     home: Path,
     precision: str = "auto",
+    batch_size: int = 4,
 ) -> dict:
     from flows.cluster import dask_client
     from flows.demo import DEMO_COLORSPACE, write_demo_plate
@@ -160,6 +161,7 @@ def run(
             "chunk_frames": 8,
             "review_clips": False,
             "precision": precision,
+            "batch_size": batch_size,
         }
     )
     catalog = open_catalog(settings.catalog)
@@ -180,6 +182,7 @@ def run(
         "workers": workers,
         "precision": {"asked": precision, "ran": result.precisions},
         "compile": os.environ.get("SVFX_COMPILE", "0"),
+        "batch_size": batch_size,
         "status": result.status,
         "wall_s": round(wall, 2),
         "frames_per_s": round(frames / wall, 3),
@@ -200,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-size", default="tiny")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--precision", default="auto", help="auto|fp32|bf16|fp16, as `svfx submit`")
+    p.add_argument("--batch-size", type=int, default=4, help="the models' sub-batch, as submit")
     p.add_argument(
         "--compile", action="store_true", help="workers compile their models (SVFX_COMPILE=1)"
     )
@@ -218,7 +222,15 @@ def main(argv: list[str] | None = None) -> None:
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp
-        out = run(args.frames, (w, h), args.model_size, args.workers, Path(tmp), args.precision)
+        out = run(
+            args.frames,
+            (w, h),
+            args.model_size,
+            args.workers,
+            Path(tmp),
+            args.precision,
+            args.batch_size,
+        )
         print(json.dumps(out))
 
 
