@@ -60,7 +60,7 @@ def child(phase: str, path: str, dtype_name: str, frame: tuple[int, int] | None)
 
     import sapiens  # noqa: F401 (imported before the baseline, as on a worker)
     from sapiens.loading import load_model, verify_checkpoint
-    from tasks.precision import PRECISIONS
+    from tasks.dtypes import PRECISIONS
 
     torch.set_num_threads(int(os.environ.get("SVFX_TORCH_THREADS", "2")))
     gc.collect()

@@ -33,7 +33,8 @@ from bench import reference_model_v1
 from bench.reference_model import model_forward
 from sapiens.predictor import channels_last_head
 from sapiens.torch_compile import compile_model
-from tasks.precision import PRECISIONS, choose_precision
+from tasks.dtypes import PRECISIONS
+from tasks.precision import choose_precision
 
 # Dense bf16 tensor-core peaks (TFLOP/s, without sparsity) from the vendors' data sheets, by
 # the words of the name CUDA reports; the first row whose words are all in the name wins. A

@@ -19,16 +19,15 @@ import time
 
 import torch
 
-from tasks.precision_gate import DTYPE_NAMES, LIMITS, check, device_identity, measure
-
-DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+from tasks.dtypes import PRECISIONS
+from tasks.precision_gate import LIMITS, check, device_identity, measure
 
 
 def run(device: torch.device, dtype_name: str, repeats: int) -> dict[str, object]:
     """The figures (of the last run), the verdict and the gate's time (the fastest of
     ``repeats`` runs in this process: the first includes imports and first-call warm-up, so it
     is reported apart)."""
-    dtype = DTYPES[dtype_name]
+    dtype = PRECISIONS[dtype_name]
     times = []
     figures: dict[str, float] = {}
     for _ in range(repeats):
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--dtype", choices=sorted(PRECISIONS), default="bf16")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: its default)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

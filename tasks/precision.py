@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from tasks.dtypes import PRECISIONS, dtype_word
+
 # The x86 capabilities torch reports (torch.cpu.get_capabilities) that make bf16 fast, best
 # first, with the name a user knows them by.
 X86_BF16 = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
@@ -51,7 +52,7 @@ class PrecisionChoice:
     @property
     def short(self) -> str:
         """The ``--precision`` word for the dtype (bf16, fp32, fp16)."""
-        return next(word for word, dtype in PRECISIONS.items() if dtype == self.dtype)
+        return dtype_word(self.dtype)
 
     def line(self) -> str:
         return f"precision {self.name} ({self.asked} asked): {self.reason}"

@@ -37,6 +37,7 @@ from sapiens.seg_classes import SEG_CLASSES
 from schemas.passes import BY_NAME, derived_from
 from storage.cryptomatte import class_ids
 from storage.previews import SHOWN_KEYPOINT_SCORE
+from tasks.dtypes import dtype_word
 from tasks.file_caches import JsonFileCache
 from tasks.frame_passes import ID_SUFFIX, RANKS_SUFFIX, finish_pass
 from tasks.gate_models import GATE_TASKS, WEIGHTS_DIR, gate_model_files, load_gate_models
@@ -47,7 +48,6 @@ from tasks.precision_gate_scene import GATE_SEEDS, GateScene, make_scene
 GATE_REVISION = 1
 # Under SVFX_HOME, or the file SVFX_PRECISION_GATE_CACHE names (the test suite shares one).
 GATE_CACHE = JsonFileCache("precision-gate.json", path_env="SVFX_PRECISION_GATE_CACHE")
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 # The CPU flags that decide how torch runs bf16 (oneDNN's kernels): bf16 dot products
 # (AVX512-BF16, Arm's BF16), AMX tiles, and the vector widths beneath them.
 BF16_RELEVANT_FLAGS = frozenset(
@@ -61,13 +61,16 @@ class Limit:
     """How far one figure of the dtype under test may be from fp32. ``worse``: "above" for an
     error (it fails above ``bound``), "below" for an agreement (it fails below)."""
 
-    metric: str
-    pass_name: str
+    metric: str  # "<pass>.<figure>"
     label: str
     bound: float
     unit: str
     worse: Literal["above", "below"]
     why: str
+
+    @property
+    def pass_name(self) -> str:
+        return self.metric.split(".", 1)[0]
 
     def holds(self, value: float) -> bool:
         """Whether ``value`` is within the bound (NaN never is)."""
@@ -81,42 +84,42 @@ class Limit:
 # or a broken kernel) costs far more. `python -m bench.precision` prints the figures beside
 # these bounds.
 LIMITS: tuple[Limit, ...] = (
-    Limit("normal.angle_mean", "normal", "normal angle, mean", 1.0, "deg", "above",
+    Limit("normal.angle_mean", "normal angle, mean", 1.0, "deg", "above",
           "relighting with normals 1 deg off on average is indistinguishable; a wrong bf16 "
           "path is off by degrees"),
-    Limit("normal.angle_p99", "normal", "normal angle, p99", 5.0, "deg", "above",
+    Limit("normal.angle_p99", "normal angle, p99", 5.0, "deg", "above",
           "silhouettes and creases turn fastest: a few degrees there, on 1% of pixels"),
-    Limit("pointmap.relative_mean", "pointmap", "pointmap relative error, mean", 0.01, "", "above",
+    Limit("pointmap.relative_mean", "pointmap relative error, mean", 0.01, "", "above",
           "1% of the distance: 3 cm at 3 m, below what monocular depth resolves"),
-    Limit("pointmap.relative_p99", "pointmap", "pointmap relative error, p99", 0.05, "", "above",
+    Limit("pointmap.relative_p99", "pointmap relative error, p99", 0.05, "", "above",
           "depth edges move a pixel's point between the person and the wall"),
-    Limit("pointmap.focal_relative", "pointmap", "focal estimate relative error", 0.01, "", "above",
+    Limit("pointmap.focal_relative", "focal estimate relative error", 0.01, "", "above",
           "the focal turns every tile's normals; 1% of it is a fraction of a degree"),
-    Limit("depth.error_mean", "depth", "relative depth error, mean", 0.02, "", "above",
+    Limit("depth.error_mean", "relative depth error, mean", 0.02, "", "above",
           "2% of the person's depth span (0 nearest, 1 farthest): a few millimetres"),
-    Limit("depth.error_p99", "depth", "relative depth error, p99", 0.08, "", "above",
+    Limit("depth.error_p99", "relative depth error, p99", 0.08, "", "above",
           "the span is small, so the person's edge pixels move most"),
-    Limit("albedo.error_mean", "albedo", "albedo error, mean", 0.005, "", "above",
+    Limit("albedo.error_mean", "albedo error, mean", 0.005, "", "above",
           "about one 8-bit code value (1/255 = 0.004) on average"),
-    Limit("albedo.error_p99", "albedo", "albedo error, p99", 0.03, "", "above",
+    Limit("albedo.error_p99", "albedo error, p99", 0.03, "", "above",
           "colour edges: a few code values on 1% of pixels"),
-    Limit("matte.error_mean", "matte", "matte error, mean", 0.005, "", "above",
+    Limit("matte.error_mean", "matte error, mean", 0.005, "", "above",
           "about one 8-bit code value of alpha on average"),
-    Limit("matte.error_p99", "matte", "matte error, p99", 0.05, "", "above",
+    Limit("matte.error_p99", "matte error, p99", 0.05, "", "above",
           "the soft edge is where alpha changes fastest: 5% there, on 1% of pixels"),
-    Limit("seg.agreement", "seg", "seg label agreement", 0.99, "", "below",
+    Limit("seg.agreement", "seg label agreement", 0.99, "", "below",
           "labels flip only where two classes are near a tie (part boundaries): 1% of pixels"),
-    Limit("seg.coverage_mean", "seg", "Cryptomatte coverage error, mean", 0.005, "", "above",
+    Limit("seg.coverage_mean", "Cryptomatte coverage error, mean", 0.005, "", "above",
           "a key's matte, on average about one 8-bit code value off"),
-    Limit("seg.coverage_p99", "seg", "Cryptomatte coverage error, p99", 0.05, "", "above",
+    Limit("seg.coverage_p99", "Cryptomatte coverage error, p99", 0.05, "", "above",
           "part boundaries, where a class's coverage falls from 1 to 0"),
-    Limit("parts.error_mean", "parts", "part matte error, mean", 0.005, "", "above",
+    Limit("parts.error_mean", "part matte error, mean", 0.005, "", "above",
           "the same soft mattes as the Cryptomatte keys, summed by group"),
-    Limit("parts.error_p99", "parts", "part matte error, p99", 0.05, "", "above",
+    Limit("parts.error_p99", "part matte error, p99", 0.05, "", "above",
           "the same soft mattes as the Cryptomatte keys, summed by group"),
-    Limit("pose.distance_mean", "pose", "keypoint distance, mean", 0.5, "px", "above",
+    Limit("pose.distance_mean", "keypoint distance, mean", 0.5, "px", "above",
           "half a plate pixel on average: invisible on a tracked point"),
-    Limit("pose.distance_p99", "pose", "keypoint distance, p99", 2.0, "px", "above",
+    Limit("pose.distance_p99", "keypoint distance, p99", 2.0, "px", "above",
           "a flat heatmap top lets a few keypoints slide by a pixel or two"),
 )  # fmt: skip
 METRICS: tuple[str, ...] = tuple(limit.metric for limit in LIMITS)
@@ -289,7 +292,7 @@ def gate_verdict(
 ) -> GateVerdict:
     """Whether ``dtype`` holds the gate on ``device``: its figures from the cache when this
     kind of machine measured them before, measured (and kept) otherwise."""
-    name = _dtype_name(dtype)
+    name = dtype_word(dtype)
     if dtype == torch.float32:
         return GateVerdict(True, "fp32 is the reference", name)
     key = gate_key(device, dtype)
@@ -325,7 +328,7 @@ def gate_key(device: torch.device, dtype: torch.dtype) -> str:
         (
             device_identity(device),
             f"torch {torch.__version__}",
-            _dtype_name(dtype),
+            dtype_word(dtype),
             f"weights {weights_digest()}",
             f"revision {GATE_REVISION}",
         )
@@ -369,7 +372,3 @@ def weights_digest() -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
