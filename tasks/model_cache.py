@@ -36,8 +36,8 @@ def pick_device() -> torch.device:
 
 
 def worker_precision(precision: str) -> PrecisionChoice:
-    """What ``precision`` becomes on this worker's device, and why (``tasks.precision``)."""
-    _limit_threads()  # the accuracy gate, when it runs, runs on the worker's own threads
+    """What ``precision`` becomes on this worker's device, and why (``tasks.precision``;
+    ``get_predictor`` asks after setting the worker's threads, so a gate it runs uses them)."""
     return choose_precision(precision, pick_device())
 
 
