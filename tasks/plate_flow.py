@@ -62,12 +62,19 @@ def flow_image(rgb: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.nda
     float in 0..1), reduced so its long side is at most ``settings.max_side`` (area
     averaging: no aliasing). C-contiguous, as DIS requires."""
     luma = np.clip(rgb[..., :3] @ _LUMA, 0.0, 1.0)
-    h, w = luma.shape
-    scale = min(1.0, settings.max_side / max(h, w))
-    if scale < 1.0:
-        size = (max(1, round(w * scale)), max(1, round(h * scale)))
-        luma = cv2.resize(luma, size, interpolation=cv2.INTER_AREA)
+    size = reduced_size(luma.shape, settings.max_side)
+    if size != luma.shape:
+        luma = cv2.resize(luma, size[::-1], interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray((luma * 255.0 + 0.5).astype(np.uint8))
+
+
+def reduced_size(hw: tuple[int, ...], max_side: int) -> tuple[int, int]:
+    """(h, w) scaled so the long side is at most ``max_side`` (never enlarged)."""
+    h, w = int(hw[0]), int(hw[1])
+    scale = min(1.0, max_side / max(h, w))
+    if scale >= 1.0:
+        return h, w
+    return max(1, round(h * scale)), max(1, round(w * scale))
 
 
 def dense_flow(a: np.ndarray, b: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.ndarray:

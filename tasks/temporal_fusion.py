@@ -48,11 +48,25 @@ the two frames (84% confident), which costs one more DIS pair per frame (7 times
 composition's time); the stabilised passes come out the same either way (error ratios within
 0.02, ``--direct-flow``). ``FusionSettings.direct_flow`` chooses DIS.
 
-Cost. The warps and the robust mean are some sixty torch operations per pass, neighbour and
-pixel band; on this project's 2-core CPU (one thread) a 2048x1080 frame of six passes (40
-channels, 29 of them seg) takes 4.2 core-s, of which DIS 0.25 and ``grid_sample`` some 40%:
-about 17 core-s for 4096x2160, far above the 2 core-s goal. The work is made for the model's
-GPU, where it is a few dozen kernels over the whole frame.
+Resolution. A 4096x2160 frame of six passes is 40 channels (29 of them seg's class
+probabilities) of 8.8 million pixels: warping and fusing all of them from four neighbours took
+about 17 core-s on this project's 2-core CPU (4.2 at 2048x1080), against a goal of 2. So the
+fusion runs at a reduced size, ``FusionSettings.max_side`` on the long side (1024: the flow's
+own resolution, ``FlowSettings.max_side``; the warps are no more exact than the flow), on each
+pass's area means (``reduce_pass``), and is lifted back (``lift_frame``): each pass is the
+centre frame's own pixels plus the fusion's correction (fused - centre, at the reduced size)
+upsampled bilinearly. What the fusion removes from a per-frame network's output (a per-frame
+bias, smooth error fields, a swapped label over a region, a bad frame) is smooth at that scale,
+and the frame's own detail is kept. Where one reduced pixel's mean blends two surfaces (a
+silhouette, a depth step, a label boundary; ``edge_blocks``: a pass changing from one reduced
+pixel to the next by more than ``edge`` robustness scales, or a non-finite value) a correction
+would bleed across the edge, so those pixels and their neighbours are fused again at the
+plate's size (``fuse_pixels``): the neighbours' plate-size passes warped by the flow looked up
+at each pixel, by the same rule. With every pixel counted an edge the result is the
+plate-size fusion (tested). A plate no larger than ``max_side`` is fused at its own size.
+
+Cost, on this project's 2-core CPU, one torch thread, six passes (``python -m bench.temporal
+--size 4096x2160 --frames 12 --cost-only``): COST_FIGURES
 
 A hole in the frame numbers or a cut (``plate_flow.pair_motion``) closes the chain: nothing is
 fused across it, and a run of frames shorter than ``min_frames`` comes back unchanged.
@@ -83,6 +97,7 @@ from tasks.plate_flow import (
     confidence_to_plate,
     flow_image,
     pair_motion,
+    reduced_size,
     to_plate,
 )
 
@@ -96,11 +111,19 @@ _FLOOR = -30.0
 # be large enough to hide their overhead (see tasks.pixel_blocks); the samples of every pass of
 # every frame of the window are held for one band.
 _BAND_BYTES = 24 << 20
+# A class whose probability the reduced fusion moves by less than this anywhere in a frame keeps
+# the centre's values there (``lift_frame``): half float, which Cryptomatte coverage is stored
+# in, steps by 2^-11 (5e-4) just below 1, so less is not seen; most of the 29 classes are absent
+# from a frame, and skipping them is most of the cost of lifting seg.
+_LABEL_TOLERANCE = 2e-3
 
 
 @dataclass(frozen=True)
 class FusionSettings:
-    """How passes are fused (see the module). ``radius``: frames each side; ``direct_flow``:
+    """How passes are fused (see the module). ``radius``: frames each side; ``max_side``: the
+    long side of the resolution the fusion runs at (the plate's, when smaller); ``edge``: how
+    far (in robustness scales) a pass may change from one fused pixel to the next before the
+    pixels there are fused at the plate's size instead (``edge_blocks``); ``direct_flow``:
     flow to frames two or more away by DIS between them, not composed. ``temporal_sigma``:
     the temporal kernel's width in frames. ``iterations``: reweighting rounds of the robust
     mean. ``min_frames``: a run of frames between cuts/holes shorter than this is returned
@@ -108,6 +131,8 @@ class FusionSettings:
     distance (module table)."""
 
     radius: int = 2
+    max_side: int = 1024
+    edge: float = 1.0
     direct_flow: bool = False
     temporal_sigma: float = 2.0
     iterations: int = 2
@@ -128,6 +153,8 @@ class FusionSettings:
             )
         if self.iterations < 0 or self.temporal_sigma <= 0:
             raise ValueError("iterations must be >= 0 and temporal_sigma > 0")
+        if self.max_side < 1:
+            raise ValueError(f"max_side must be at least 1, got {self.max_side}")
 
     def scale(self, kind: str) -> float:
         return float(getattr(self, kind))
@@ -154,7 +181,8 @@ class StabilisedFrame:
 @dataclass
 class _Frame:
     frame: int
-    passes: dict[str, Tensor]
+    passes: dict[str, Tensor]  # at the plate's size
+    reduced: dict[str, Tensor]  # at the fusion's size (``passes`` itself when that is the same)
     nonfinite: frozenset[str]
     image: np.ndarray  # the flow image (small: at most FlowSettings.max_side)
     # flow resolution, on the device: to the next / previous frame and its confidence
@@ -168,8 +196,11 @@ class _Frame:
 class _Neighbour:
     frame: _Frame
     distance: int  # frames from the centre
-    grid: Tensor  # (1, H, W, 2) normalised sampling positions in the neighbour
-    weight: Tensor  # (H, W) confidence x temporal kernel
+    grid: Tensor  # (1, h, w, 2) normalised sampling positions in the neighbour, fusion size
+    weight: Tensor  # (h, w) confidence x temporal kernel, fusion size
+    flow: Tensor  # (h, w, 2) the flow there and its confidence (h, w), at flow resolution
+    confidence: Tensor
+    kernel: float  # the temporal kernel's weight at this distance
 
 
 class TemporalStabiliser:
@@ -191,6 +222,7 @@ class TemporalStabiliser:
             raise ValueError(f"no fusion rule for {unknown}; kinds: {', '.join(KINDS)}")
         self.kinds = dict(kinds)
         self.plate_hw = (int(plate_hw[0]), int(plate_hw[1]))
+        self.fusion_hw = reduced_size(self.plate_hw, settings.max_side)
         self.device = torch.device(device)
         self.settings = settings
         self.flow = flow
@@ -202,6 +234,10 @@ class TemporalStabiliser:
         # a cut or a hole, and for the first): what a keypoint smoother beside it is told
         self.joined = False
         self._direct: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor] | None] = {}
+        # of the pixels of the frames fused so far, how many were fused at the plate's size
+        # (all of them when the fusion runs at that size): what the reduction saved
+        self.pixels_fused = 0
+        self.pixels_at_plate_size = 0
 
     def push(
         self, frame: int, plate_rgb: np.ndarray, passes: Mapping[str, Tensor]
@@ -211,12 +247,17 @@ class TemporalStabiliser:
         window is now complete, in order."""
         self._check(frame, passes)
         image = flow_image(plate_rgb, self.flow)
-        entry = _Frame(
-            frame,
-            {name: passes[name] for name in self.kinds},
-            frozenset(n for n in self.kinds if not _all_finite(passes[n])),
-            image,
-        )
+        full = {name: passes[name] for name in self.kinds}
+        reduced = full
+        if self.fusion_hw != self.plate_hw:
+            reduced = {
+                name: reduce_pass(values, self.fusion_hw, self.kinds[name])
+                for name, values in full.items()
+            }
+        # a mean over a non-finite pixel is not finite: the reduced pass tells, in a sixteenth
+        # of the time at a 4x reduction
+        nonfinite = frozenset(n for n in self.kinds if not _all_finite(reduced[n]))
+        entry = _Frame(frame, full, reduced, nonfinite, image)
         out: list[StabilisedFrame] = []
         previous = self._window[-1] if self._window else None
         joined = False
@@ -306,9 +347,33 @@ class TemporalStabiliser:
     def _fuse(self, index: int) -> StabilisedFrame:
         centre = self._window[index]
         neighbours = self._neighbours(index)
-        fused = fuse_frame(centre.passes, centre.nonfinite, neighbours, self.kinds, self.settings)
+        if not neighbours:
+            return self._unchanged(centre)
+        fused = fuse_frame(centre.reduced, centre.nonfinite, neighbours, self.kinds, self.settings)
+        self.pixels_fused += self.plate_hw[0] * self.plate_hw[1]
+        if centre.reduced is not centre.passes:
+            fused = self._lift(centre, neighbours, fused)
+        else:
+            self.pixels_at_plate_size += self.plate_hw[0] * self.plate_hw[1]
         forward, backward = self._plate_flows(centre)
         return StabilisedFrame(centre.frame, fused, forward, backward)
+
+    def _lift(
+        self, centre: _Frame, neighbours: list[_Neighbour], fused: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """The reduced fusion at the plate's size: its correction upsampled, and the pixels
+        near edges fused again at the plate's size (see the module)."""
+        lifted = lift_frame(centre.passes, centre.reduced, fused, self.kinds)
+        edges = edge_blocks(centre.reduced, self.kinds, self.settings)
+        pixels = plate_pixels(edges, self.plate_hw)
+        self.pixels_at_plate_size += int(pixels.numel())
+        if pixels.numel():
+            exact = fuse_pixels(
+                centre.passes, centre.nonfinite, pixels, neighbours, self.kinds, self.settings
+            )
+            for name, values in exact.items():
+                lifted[name].view(values.shape[0], -1).index_copy_(1, pixels, values)
+        return lifted
 
     def _neighbours(self, index: int) -> list[_Neighbour]:
         """The window's other frames, warped towards the centre: the flow from the centre to
@@ -335,13 +400,16 @@ class TemporalStabiliser:
                     flow, confidence = direct
                 else:
                     flow, confidence = compose(flow, confidence, link, link_confidence)
-                weight = confidence_to_plate(confidence, self.plate_hw, self.device)
+                weight = confidence_to_plate(confidence, self.fusion_hw, self.device)
                 out.append(
                     _Neighbour(
                         self._window[there],
                         distance,
-                        sampling_grid(to_plate(flow, self.plate_hw, self.device)),
+                        sampling_grid(to_plate(flow, self.fusion_hw, self.device)),
                         weight * self.settings.kernel(distance),
+                        flow,
+                        confidence,
+                        self.settings.kernel(distance),
                     )
                 )
         return out
@@ -406,7 +474,8 @@ def fuse_frame(
     kinds: Mapping[str, str],
     settings: FusionSettings,
 ) -> dict[str, Tensor]:
-    """Every pass of the centre frame fused with its warped neighbours (see the module)."""
+    """Every pass of the centre frame (at the fusion's size) fused with its warped neighbours'
+    reduced passes (see the module)."""
     if not neighbours:
         return dict(centre)
     first = next(iter(centre.values()))
@@ -415,40 +484,288 @@ def fuse_frame(
     channels = sum(values.shape[0] for values in centre.values())
     bytes_per_row = channels * first.shape[2] * 4 * (len(neighbours) + 4)
     out = {name: torch.empty_like(values) for name, values in centre.items()}
+    kernel = settings.kernel(0)
     for rows in row_blocks(device, height, bytes_per_row, _BAND_BYTES):
-        band = _Band(rows, [n.grid[:, rows] for n in neighbours], neighbours, settings)
-        for name, kind in kinds.items():
-            dirty = name in nonfinite or any(name in n.frame.nonfinite for n in neighbours)
-            if kind == "points":
-                out[name][:, rows] = band.fuse_points(centre[name], name, dirty)
-            else:
-                samples = [centre[name][:, rows], *band.warped(name)]
-                out[name][:, rows] = band.fuse(kind, samples, band.base, dirty)
+        band = _Band(
+            lambda values, rows=rows: values[:, rows],
+            [(n.grid[:, rows], n.weight[rows]) for n in neighbours],
+            torch.full_like(neighbours[0].weight[rows], kernel),
+            neighbours,
+            settings,
+            full=False,
+        )
+        for name, fused in band.fuse_all(centre, nonfinite, kinds).items():
+            out[name][:, rows] = fused
     return out
 
 
+def fuse_pixels(
+    centre: Mapping[str, Tensor],
+    nonfinite: frozenset[str] | set[str],
+    pixels: Tensor,
+    neighbours: list[_Neighbour],
+    kinds: Mapping[str, str],
+    settings: FusionSettings,
+) -> dict[str, Tensor]:
+    """The fusion at the plate's own size, for some of its pixels only (``pixels``: flat
+    indices into (H, W)): each pass's (C, N) fused values there. The same samples, weights
+    and rule as ``fuse_frame`` over a whole plate-size frame, with each neighbour's flow and
+    confidence looked up at those pixels (as ``to_plate`` would upsample them) and its
+    plate-size passes warped there."""
+    first = next(iter(centre.values()))
+    height, width = first.shape[1:]
+    count = int(pixels.numel())
+    channels = sum(values.shape[0] for values in centre.values())
+    step = max(1, _BAND_BYTES // (channels * 4 * (len(neighbours) + 4)))
+    if first.device.type != "cpu":
+        step = max(1, count)
+    ys = torch.div(pixels, width, rounding_mode="floor").to(torch.float32)
+    xs = (pixels % width).to(torch.float32)
+    looked_up = _pixel_motion(neighbours, xs, ys, (height, width))
+    out = {name: torch.empty(values.shape[0], count, device=values.device) for name, values in
+           centre.items()}  # fmt: skip
+    kernel = settings.kernel(0)
+    for start in range(0, count, step):
+        part = slice(start, min(start + step, count))
+        index = pixels[part]
+
+        def take(values: Tensor, index: Tensor = index) -> Tensor:
+            return values.reshape(values.shape[0], -1).index_select(1, index)[:, None, :]
+
+        band = _Band(
+            take,
+            [(grid[:, :, part], weight[:, part]) for grid, weight in looked_up],
+            torch.full((1, part.stop - part.start), kernel, device=first.device),
+            neighbours,
+            settings,
+            full=True,
+        )
+        for name, fused in band.fuse_all(centre, nonfinite, kinds).items():
+            out[name][:, part] = fused[:, 0]
+    return out
+
+
+def _pixel_motion(
+    neighbours: list[_Neighbour], xs: Tensor, ys: Tensor, plate_hw: tuple[int, int]
+) -> list[tuple[Tensor, Tensor]]:
+    """Per neighbour, at the plate pixels (xs, ys): its sampling positions (1, 1, N, 2) and
+    base weights (1, N), from the flow-resolution flow and confidence."""
+    height, width = plate_hw
+    at = torch.stack([(2.0 * xs + 1.0) / width - 1.0, (2.0 * ys + 1.0) / height - 1.0], dim=-1)
+    out = []
+    for n in neighbours:
+        h, w = n.flow.shape[:2]
+        fields = torch.cat([n.flow, n.confidence[..., None]], dim=-1).permute(2, 0, 1)[None]
+        found = F.grid_sample(
+            fields, at[None, None], mode="bilinear", padding_mode="border", align_corners=False
+        )[0, :, 0]
+        x = (xs + found[0] * (width / w)).mul_(2.0 / max(width - 1, 1)).sub_(1.0)
+        y = (ys + found[1] * (height / h)).mul_(2.0 / max(height - 1, 1)).sub_(1.0)
+        out.append((torch.stack([x, y], dim=-1)[None, None], found[2][None] * n.kernel))
+    return out
+
+
+def reduce_pass(values: Tensor, size: tuple[int, int], kind: str) -> Tensor:
+    """A pass at the fusion's size: each pixel the mean of the plate pixels it covers (area;
+    NaN where one of them is: such blocks are fused at the plate's size, ``edge_blocks``).
+    Unit vectors are re-normalised; probabilities still sum to 1."""
+    height, width = values.shape[1:]
+    if height % size[0] == 0 and width % size[1] == 0:  # the same means, a third faster
+        low = F.avg_pool2d(values[None], (height // size[0], width // size[1]))[0]
+    else:
+        low = F.interpolate(values[None], size=size, mode="area")[0]
+    if kind == "unit_vectors":
+        norm = _norm(low)
+        low = torch.where(norm > _TINY, low / norm.clamp_min(_TINY), low)
+    return low
+
+
+def edge_blocks(
+    reduced: Mapping[str, Tensor], kinds: Mapping[str, str], settings: FusionSettings
+) -> Tensor:
+    """(h, w) bool at the fusion's size: the pixels whose plate pixels the reduced fusion
+    cannot stand for, and their neighbours (which a bilinear upsampling reaches). A pixel is
+    an edge where a pass changes to the next pixel by more than ``settings.edge`` times its
+    kind's robustness scale (a silhouette, a depth step, a label boundary: a mean over such
+    a block blends two surfaces) or where it is not finite."""
+    first = next(iter(reduced.values()))
+    mask = torch.zeros(first.shape[1:], dtype=torch.bool, device=first.device)
+    for name, kind in kinds.items():
+        low = reduced[name]
+        distance = _DISTANCE[kind]
+        limit = settings.edge * settings.scale(kind)
+        across = ~(distance(low[:, :, 1:], low[:, :, :-1]) <= limit)  # NaN: an edge too
+        down = ~(distance(low[:, 1:], low[:, :-1]) <= limit)
+        mask[:, 1:] |= across
+        mask[:, :-1] |= across
+        mask[1:] |= down
+        mask[:-1] |= down
+    grown = F.max_pool2d(mask[None, None].to(torch.float32), 3, stride=1, padding=1)
+    return grown[0, 0] > 0
+
+
+def plate_pixels(edges: Tensor, plate_hw: tuple[int, int]) -> Tensor:
+    """The flat indices of the plate pixels whose fusion-size pixel (nearest) is an edge."""
+    height, width = plate_hw
+    h, w = edges.shape
+    rows = torch.div(torch.arange(height, device=edges.device) * h, height, rounding_mode="floor")
+    cols = torch.div(torch.arange(width, device=edges.device) * w, width, rounding_mode="floor")
+    marked = edges.index_select(0, rows.clamp_(max=h - 1))
+    marked = marked.index_select(1, cols.clamp_(max=w - 1))
+    return marked.reshape(-1).nonzero().squeeze(1)
+
+
+def lift_frame(
+    centre: Mapping[str, Tensor],
+    reduced: Mapping[str, Tensor],
+    fused: Mapping[str, Tensor],
+    kinds: Mapping[str, str],
+) -> dict[str, Tensor]:
+    """The reduced fusion's result at the plate's size: each pass is the centre's own pixels
+    plus the fusion's correction (fused - centre, at the fusion's size) upsampled bilinearly,
+    put back in its kind's range (unit vectors re-normalised, mattes in 0..1). Probabilities:
+    only the classes the correction moves by more than ``_LABEL_TOLERANCE`` somewhere change
+    (the others, absent from the frame or nearly, keep the centre's values), kept
+    non-negative, and rescaled to the mass those classes had, so every pixel still sums to
+    what it did. Right for the pixels away from ``edge_blocks``; the stabiliser fuses the
+    others at the plate's size and writes them over these."""
+    out = {}
+    for name, values in centre.items():
+        correction = torch.nan_to_num(fused[name] - reduced[name], 0.0, 0.0, 0.0)
+        if kinds[name] == "labels":
+            out[name] = _lift_labels(values, correction)
+        else:
+            out[name] = _lift_values(kinds[name], values, correction)
+    return out
+
+
+def _lift_values(kind: str, values: Tensor, correction: Tensor) -> Tensor:
+    upsampler = _RowUpsampler(correction, (values.shape[1], values.shape[2]))
+    result = torch.empty_like(values)
+    bytes_per_row = values.shape[0] * values.shape[2] * 16
+    for rows in row_blocks(values.device, values.shape[1], bytes_per_row):
+        band = result[:, rows]
+        torch.add(upsampler.rows(rows), values[:, rows], out=band)
+        if kind == "unit_vectors":
+            norm = _norm(band)
+            band.div_(norm.clamp_min(_TINY))
+            flat = norm <= _TINY
+            if bool(flat.any()):
+                band.copy_(torch.where(flat, values[:, rows], band))
+        elif kind == "alpha":
+            band.clamp_(0.0, 1.0)
+    return result
+
+
+def _lift_labels(values: Tensor, correction: Tensor) -> Tensor:
+    """Per band of rows, only the classes the correction moves there (in the fused rows the
+    band's upsampling reads) are lifted; a band where none moves is the centre's."""
+    moved_in_row = correction.abs().amax(dim=2) > _LABEL_TOLERANCE  # (classes, fused rows)
+    result = values.clone()
+    moved = moved_in_row.any(dim=1).nonzero().squeeze(1)
+    if not moved.numel():
+        return result
+    upsampler = _RowUpsampler(correction.index_select(0, moved), (values.shape[1],
+                                                                 values.shape[2]))  # fmt: skip
+    moved_in_row = moved_in_row.index_select(0, moved)
+    bytes_per_row = values.shape[0] * values.shape[2] * 16
+    for rows in row_blocks(values.device, values.shape[1], bytes_per_row):
+        read = slice(int(upsampler.top[rows][0]), int(upsampler.bottom[rows][-1]) + 1)
+        active = moved_in_row[:, read].any(dim=1).nonzero().squeeze(1)
+        if not active.numel():
+            continue
+        before = values[:, rows].index_select(0, moved[active])
+        after = upsampler.rows(rows, active).add_(before).clamp_(min=0.0)
+        mass, now = before.sum(dim=0), after.sum(dim=0)
+        after.mul_(torch.where(now > _TINY, mass / now.clamp_min(_TINY), 1.0))
+        after = torch.where(now > _TINY, after, before)
+        result[:, rows].index_copy_(0, moved[active], after)
+    return result
+
+
+class _RowUpsampler:
+    """Bilinear upsampling (``F.interpolate``'s, align_corners=False) of a (C, h, w) field to
+    (C, H, W), a band of rows at a time: the columns are widened once for the whole field
+    (C, h, W: a quarter of the plate's size at a 4x reduction), and each band of rows is the
+    blend of two gathered rows of that, so a band's work stays in cache on the CPU."""
+
+    def __init__(self, field: Tensor, size: tuple[int, int]) -> None:
+        height, width = size
+        h = field.shape[1]
+        self.field = field
+        self.width = width
+        self._wide: Tensor | None = None
+        scale = h / height
+        source = (torch.arange(height, device=field.device, dtype=torch.float32) + 0.5) * scale
+        source = source.sub_(0.5).clamp_(min=0.0)
+        self.top = source.floor().long().clamp_(max=h - 1)
+        self.bottom = (self.top + 1).clamp_(max=h - 1)
+        self.share = (source - self.top).clamp_(0.0, 1.0)[:, None]
+
+    def rows(self, rows: slice, channels: Tensor | None = None) -> Tensor:
+        """The upsampled field's rows ``rows`` (of ``channels`` only, when given)."""
+        if self._wide is None:
+            size = (self.field.shape[1], self.width)
+            self._wide = F.interpolate(
+                self.field[None], size=size, mode="bilinear", align_corners=False
+            )[0]
+        top, bottom = self.top[rows], self.bottom[rows]
+        if channels is None:
+            upper = self._wide.index_select(1, top)
+            lower = self._wide.index_select(1, bottom)
+        else:
+            upper = self._wide[channels[:, None], top[None, :]]
+            lower = self._wide[channels[:, None], bottom[None, :]]
+        return upper.lerp_(lower, self.share[rows])
+
+
 class _Band:
-    """One band of rows of the centre frame: the neighbours' sampling positions there and the
-    base weights (the centre's kernel weight first, then each neighbour's)."""
+    """Some pixels of the centre frame (a band of rows, or a list of pixels): ``take`` picks
+    them out of a frame-size pass; per neighbour its sampling positions there and its base
+    weight; the centre's own weight (its kernel). ``full``: the neighbours' plate-size passes
+    are sampled, else their reduced ones."""
 
     def __init__(
         self,
-        rows: slice,
-        grids: list[Tensor],
+        take: Callable[[Tensor], Tensor],
+        motion: list[tuple[Tensor, Tensor]],
+        centre_weight: Tensor,
         neighbours: list[_Neighbour],
         settings: FusionSettings,
+        *,
+        full: bool,
     ) -> None:
-        self.rows = rows
-        self.grids = grids
+        self.take = take
+        self.grids = [grid for grid, _ in motion]
         self.neighbours = neighbours
         self.settings = settings
-        centre_weight = torch.full_like(neighbours[0].weight[rows], settings.kernel(0))
-        self.base = [centre_weight, *(n.weight[rows] for n in neighbours)]
+        self.full = full
+        self.base = [centre_weight, *(weight for _, weight in motion)]
+
+    def source(self, neighbour: _Neighbour, name: str) -> Tensor:
+        frame = neighbour.frame
+        return frame.passes[name] if self.full else frame.reduced[name]
+
+    def fuse_all(
+        self,
+        centre: Mapping[str, Tensor],
+        nonfinite: frozenset[str] | set[str],
+        kinds: Mapping[str, str],
+    ) -> dict[str, Tensor]:
+        out = {}
+        for name, kind in kinds.items():
+            dirty = name in nonfinite or any(name in n.frame.nonfinite for n in self.neighbours)
+            if kind == "points":
+                out[name] = self.fuse_points(centre[name], name, dirty)
+            else:
+                samples = [self.take(centre[name]), *self.warped(name)]
+                out[name] = self.fuse(kind, samples, self.base, dirty)
+        return out
 
     def warped(self, name: str, channels: slice | None = None) -> list[Tensor]:
         out = []
         for neighbour, grid in zip(self.neighbours, self.grids, strict=True):
-            values = neighbour.frame.passes[name]
+            values = self.source(neighbour, name)
             if channels is not None:
                 values = values[channels]
             out.append(
@@ -481,18 +798,18 @@ class _Band:
         without warping (weights: the temporal kernel); the point is the ray at that depth.
         Fusing whole points along the flow would blend positions the body had at other
         times."""
-        rows = self.rows
-        depth = [centre[2:3, rows], *self.warped(name, slice(2, 3))]
+        here = self.take(centre)
+        depth = [here[2:3], *self.warped(name, slice(2, 3))]
         fused_depth = self.fuse("points", depth, self.base, dirty)
-        rays = [centre[:, rows]] + [n.frame.passes[name][:, rows] for n in self.neighbours]
+        rays = [here] + [self.take(self.source(n, name)) for n in self.neighbours]
         rays = [p / p[2:3] for p in rays]
         kernel = [torch.full_like(w, self.settings.kernel(0)) for w in self.base[:1]]
         kernel += [torch.full_like(w, self.settings.kernel(n.distance)) for w, n in
                    zip(self.base[1:], self.neighbours, strict=True)]  # fmt: skip
         fused_ray = self.fuse("points", rays, kernel, True)
         points = fused_ray * (fused_depth / fused_ray[2:3])
-        usable = torch.isfinite(points).all(dim=0) & (centre[2, rows].abs() > _TINY)
-        return torch.where(usable, points, centre[:, rows])
+        usable = torch.isfinite(points).all(dim=0) & (here[2].abs() > _TINY)
+        return torch.where(usable, points, here)
 
 
 def robust_mean(

@@ -1,7 +1,8 @@
 """Temporal stabilisation of dense passes: it reduces a per-frame network's error on a moving
 synthetic shot without ghosting at boundaries, gives the same frames in chunks as in one run,
 blends nothing across a cut or a hole, leaves a static shot and short shots as they are, and
-pulls a bad frame or a label swap to its neighbours."""
+pulls a bad frame or a label swap to its neighbours; all of it also when the fusion runs at a
+reduced size (as a 4K plate's does) and is lifted back to the plate's."""
 
 from __future__ import annotations
 
@@ -10,14 +11,25 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bench.temporal import quality, run_shot
 from bench.temporal_scene import PASS_KINDS, Scene, model, render
-from tasks.temporal_fusion import DEFAULT_FUSION, FusionSettings, TemporalStabiliser
+from tasks.temporal_fusion import (
+    DEFAULT_FUSION,
+    FusionSettings,
+    TemporalStabiliser,
+    _RowUpsampler,
+    lift_frame,
+)
 
 SMALL = Scene(192, 108, 20)
 MOVING = Scene(320, 180, 20)
 HW = (SMALL.height, SMALL.width)
+# The plate's own size (192x108 is under max_side) and a 4x reduction, as a 4096x2160 plate
+# is fused at 1024x540.
+REDUCED = replace(DEFAULT_FUSION, max_side=48)
+SIZES = pytest.mark.parametrize("settings", [DEFAULT_FUSION, REDUCED], ids=["plate", "reduced"])
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +80,9 @@ def test_a_moving_shot_loses_error_and_gains_none_at_boundaries():
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["composed", "direct"])
-def test_a_chunk_with_a_margin_gives_the_frames_of_one_run(direct):
-    settings = replace(DEFAULT_FUSION, direct_flow=direct)
+@SIZES
+def test_a_chunk_with_a_margin_gives_the_frames_of_one_run(direct, settings):
+    settings = replace(settings, direct_flow=direct)
     radius = settings.radius
     whole = _stream(SMALL, range(12), settings)
     own = range(5, 8)
@@ -80,10 +93,11 @@ def test_a_chunk_with_a_margin_gives_the_frames_of_one_run(direct):
             assert np.array_equal(chunk[frame][name], whole[frame][name]), (frame, name)
 
 
-def test_nothing_is_blended_across_a_cut():
+@SIZES
+def test_nothing_is_blended_across_a_cut(settings):
     scene = replace(SMALL, frames=12, cut_at=6)
-    whole = _stream(scene, range(12))
-    alone = {**_stream(scene, range(6)), **_stream(scene, range(6, 12))}
+    whole = _stream(scene, range(12), settings)
+    alone = {**_stream(scene, range(6), settings), **_stream(scene, range(6, 12), settings)}
     assert whole.keys() == alone.keys()
     for frame, passes in whole.items():
         for name, values in passes.items():
@@ -107,10 +121,11 @@ def test_a_hole_breaks_the_chain_and_the_flow():
         assert np.array_equal(by_frame[first + 4].passes[name].numpy(), before[first + 4][name])
 
 
-def test_a_static_shot_comes_back_unchanged():
+@SIZES
+def test_a_static_shot_comes_back_unchanged(settings):
     still = replace(SMALL, static=True)
     truth = render(still, 0)
-    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu")
+    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu", settings)
     passes = {n: torch.from_numpy(v) for n, v in truth.passes.items()}
     results = []
     for index in range(6):
@@ -139,7 +154,8 @@ def test_a_shot_of_one_or_two_frames_comes_back_as_it_was():
                 assert torch.equal(values, pushed[result.frame][name])
 
 
-def test_a_bad_frame_and_a_label_swap_are_pulled_to_their_neighbours():
+@SIZES
+def test_a_bad_frame_and_a_label_swap_are_pulled_to_their_neighbours(settings):
     still = replace(SMALL, static=True)
     truth = render(still, 0)
     good = {n: torch.from_numpy(v) for n, v in truth.passes.items()}
@@ -147,7 +163,7 @@ def test_a_bad_frame_and_a_label_swap_are_pulled_to_their_neighbours():
     tilted = good["normal"] + torch.tensor([0.0, 0.5, 0.0])[:, None, None]
     bad["normal"] = tilted / torch.linalg.vector_norm(tilted, dim=0, keepdim=True)
     bad["seg"] = good["seg"][[0, 1, 2, 4, 3, *range(5, good["seg"].shape[0])]]  # arms swapped
-    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu")
+    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu", settings)
     results = []
     for index in range(7):
         results += stabiliser.push(1001 + index, truth.plate, bad if index == 3 else good)
@@ -162,7 +178,8 @@ def test_a_bad_frame_and_a_label_swap_are_pulled_to_their_neighbours():
         assert angle.max() < 2.5 and angle.mean() < 0.5  # of the 27 degrees
 
 
-def test_non_finite_values_do_not_spread():
+@SIZES
+def test_non_finite_values_do_not_spread(settings):
     still = replace(SMALL, static=True)
     truth = render(still, 0)
     good = {n: torch.from_numpy(v) for n, v in truth.passes.items()}
@@ -172,7 +189,7 @@ def test_non_finite_values_do_not_spread():
     holed = dict(everywhere)
     holed["albedo"] = good["albedo"].clone()
     holed["albedo"][:, 40:60, 80:120] = float("nan")
-    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu")
+    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu", settings)
     results = []
     for index in range(5):
         passes = dict(holed if index == 2 else everywhere)
@@ -199,3 +216,58 @@ def test_bad_calls_are_refused():
         stabiliser.push(1001, plate, passes)
     with pytest.raises(ValueError, match="matte"):
         stabiliser.push(1002, plate, {**passes, "matte": passes["matte"][:, :10]})
+
+
+def test_the_reduced_fusion_near_edges_is_the_plate_size_fusion():
+    """Where every pixel counts as near an edge, the reduced fusion fuses each at the plate's
+    size: the same frames as fusing at the plate's size (but for ties in the medoid's choice,
+    which the order of float sums can flip)."""
+    everywhere = replace(REDUCED, edge=-1.0)
+    exact = _stream(SMALL, range(8))
+    lifted = _stream(SMALL, range(8), everywhere)
+    differing = total = 0
+    for frame, passes in exact.items():
+        for name, values in passes.items():
+            off = np.abs(values - lifted[frame][name]).max(axis=0) > 1e-4
+            differing += int(off.sum())
+            total += off.size
+    assert differing <= total * 1e-4
+
+
+def test_the_reduced_fusion_stabilises_a_moving_shot_like_the_plate_size_one():
+    plate = run_shot(MOVING, indices=range(12))
+    reduced = run_shot(MOVING, replace(DEFAULT_FUSION, max_side=160), indices=range(12))
+    assert plate.plate_size_share == 1.0
+    assert reduced.plate_size_share < 0.9  # a fifth of the pixels lifted from the fused 160x90
+    exact, lifted = quality(plate), quality(reduced)
+    for name, row in lifted.items():
+        assert row["person_ratio"] <= exact[name]["person_ratio"] + 0.02, name
+        if "boundary_ratio" in row:
+            assert row["boundary_ratio"] <= exact[name]["boundary_ratio"] + 0.02, name
+
+
+def test_the_row_upsampler_is_bilinear_interpolation():
+    field = torch.rand(3, 7, 11)
+    expected = F.interpolate(field[None], size=(30, 45), mode="bilinear", align_corners=False)[0]
+    upsampler = _RowUpsampler(field, (30, 45))
+    bands = torch.cat([upsampler.rows(slice(0, 13)), upsampler.rows(slice(13, 30))], dim=1)
+    assert torch.allclose(bands, expected, atol=1e-6)
+    some = torch.tensor([2, 0])
+    assert torch.allclose(upsampler.rows(slice(5, 9), some), expected[[2, 0], 5:9], atol=1e-6)
+
+
+def test_lifted_probabilities_stay_probabilities_and_absent_classes_stay_as_they_were():
+    probabilities = torch.zeros(5, 16, 16)
+    probabilities[0] = 0.7
+    probabilities[1] = 0.3
+    probabilities[4, :, :8] = 1e-5  # nearly absent, and the fusion does not move it
+    reduced = F.avg_pool2d(probabilities[None], 4)[0]
+    fused = reduced.clone()
+    fused[0] -= 0.5  # more than the class has in places: clamped at 0, then rescaled
+    fused[1] += 0.5
+    lifted = lift_frame({"seg": probabilities}, {"seg": reduced}, {"seg": fused},
+                        {"seg": "labels"})["seg"]  # fmt: skip
+    assert (lifted >= 0).all()
+    assert torch.allclose(lifted.sum(0), probabilities.sum(0), atol=1e-6)
+    assert torch.equal(lifted[4], probabilities[4])
+    assert (lifted[1] > lifted[0]).all()
