@@ -66,7 +66,12 @@ at each pixel, by the same rule. With every pixel counted an edge the result is 
 plate-size fusion (tested). A plate no larger than ``max_side`` is fused at its own size.
 
 Cost, on this project's 2-core CPU, one torch thread, six passes (``python -m bench.temporal
---size 4096x2160 --frames 12 --cost-only``): COST_FIGURES
+--size 4096x2160 --frames 24 --cost-only``, as the platform's workers run): 1.9 core-s per
+4096x2160 frame (1.8 over 12 frames), about 1.6% of its pixels fused at the plate's size; it
+was about 17 before the reduction. Of it, in one profile: the reduced fusion 0.56, the lift
+0.48 (most of it seg's 29 planes), the plate-size pixels 0.27, the area means 0.20, DIS 0.10.
+At 1536x864 fused at 384x216, ``bench.temporal``'s error ratios are those of fusing at
+1536x864 to two decimals, at 0.55 core-s per frame against 1.90 (``--fusion-side``).
 
 A hole in the frame numbers or a cut (``plate_flow.pair_motion``) closes the chain: nothing is
 fused across it, and a run of frames shorter than ``min_frames`` comes back unchanged.
@@ -132,7 +137,7 @@ class FusionSettings:
 
     radius: int = 2
     max_side: int = 1024
-    edge: float = 1.0
+    edge: float = 2.0
     direct_flow: bool = False
     temporal_sigma: float = 2.0
     iterations: int = 2
@@ -179,6 +184,17 @@ class StabilisedFrame:
 
 
 @dataclass
+class _Fused:
+    """A frame's fusion, until the frame is returned: its passes fused at the plate's size
+    (``pixels`` None), or at the reduced size, with ``exact``, the (C, N) values of the plate
+    pixels ``pixels`` fused at the plate's size."""
+
+    passes: dict[str, Tensor]
+    pixels: Tensor | None = None
+    exact: dict[str, Tensor] | None = None
+
+
+@dataclass
 class _Frame:
     frame: int
     passes: dict[str, Tensor]  # at the plate's size
@@ -190,6 +206,7 @@ class _Frame:
     forward_confidence: Tensor | None = None
     backward: Tensor | None = None
     backward_confidence: Tensor | None = None
+    fused: _Fused | None = None
 
 
 @dataclass
@@ -243,11 +260,15 @@ class TemporalStabiliser:
         self, frame: int, plate_rgb: np.ndarray, passes: Mapping[str, Tensor]
     ) -> list[StabilisedFrame]:
         """Add a frame (frames in increasing order): its plate (H, W, 3) in the model's
-        encoding and its passes, (C, H, W) float32 on the device. Returns the frames whose
-        window is now complete, in order."""
+        encoding and its passes, (C, H, W) float32 on the device. Returns, in order, the
+        frames no later frame needs any more: a frame comes out once the ``radius`` frames
+        after it are fused (``flush`` returns the rest). When the fusion runs at a reduced
+        size the stabiliser owns the pushed tensors until their frame comes out: the fused
+        frame is written into them (a 4K frame's seg is 1 GB; push copies where they are
+        still wanted as they were)."""
         self._check(frame, passes)
         image = flow_image(plate_rgb, self.flow)
-        full = {name: passes[name] for name in self.kinds}
+        full = {name: passes[name].contiguous() for name in self.kinds}
         reduced = full
         if self.fusion_hw != self.plate_hw:
             reduced = {
@@ -275,8 +296,8 @@ class TemporalStabiliser:
         self._window.append(entry)
         self._run_length += 1
         self._last_image = image
-        out += self._ready(closing=False)
-        self._trim()
+        self._ready(closing=False)
+        out += self._release(closing=False)
         return out
 
     def flush(self) -> list[StabilisedFrame]:
@@ -308,31 +329,35 @@ class TemporalStabiliser:
         return torch.as_tensor(array, dtype=torch.float32, device=self.device)
 
     def _close_run(self) -> list[StabilisedFrame]:
-        out = self._ready(closing=True)
+        self._ready(closing=True)
+        out = self._release(closing=True)
         self._window = []
         self._pending = 0
         self._run_length = 0
         self._direct = {}
         return out
 
-    def _ready(self, closing: bool) -> list[StabilisedFrame]:
-        out = []
+    def _ready(self, closing: bool) -> None:
+        """Fuse the frames whose window is complete (all of them when ``closing``); each is
+        returned later, by ``_release``."""
         while self._pending < len(self._window):
             centre = self._window[self._pending]
             if not closing and self._window[-1].frame < centre.frame + self.settings.radius:
                 break
-            if self._run_length < self.settings.min_frames:
-                out.append(self._unchanged(centre))
-            else:
-                out.append(self._fuse(self._pending))
+            if self._run_length >= self.settings.min_frames:
+                centre.fused = self._fuse(self._pending)
             self._pending += 1
-        return out
 
-    def _trim(self) -> None:
-        drop = max(0, self._pending - self.settings.radius)
-        if drop:
-            del self._window[:drop]
-            self._pending -= drop
+    def _release(self, closing: bool) -> list[StabilisedFrame]:
+        """The fused frames no frame still to be fused needs as a neighbour (those more than
+        ``radius`` before the next one; all when ``closing``), out of the window. Only now is
+        a reduced fusion lifted, into the frame's own pushed tensors: until then its
+        neighbours sample them as they were pushed."""
+        count = self._pending if closing else max(0, self._pending - self.settings.radius)
+        out = [self._finished(entry) for entry in self._window[:count]]
+        del self._window[:count]
+        self._pending -= count
+        return out
 
     def _plate_flows(self, entry: _Frame) -> tuple[Tensor | None, Tensor | None]:
         def plate(flow: Tensor | None) -> Tensor | None:
@@ -340,40 +365,41 @@ class TemporalStabiliser:
 
         return plate(entry.forward), plate(entry.backward)
 
-    def _unchanged(self, entry: _Frame) -> StabilisedFrame:
+    def _finished(self, entry: _Frame) -> StabilisedFrame:
+        fused = entry.fused
+        passes = dict(entry.passes)
+        if fused is not None and fused.pixels is None:
+            passes = fused.passes  # fused at the plate's size
+        elif fused is not None:
+            lift_frame(entry.passes, entry.reduced, fused.passes, self.kinds)
+            for name, values in (fused.exact or {}).items():
+                entry.passes[name].view(values.shape[0], -1).index_copy_(1, fused.pixels, values)
+        entry.fused = None
         forward, backward = self._plate_flows(entry)
-        return StabilisedFrame(entry.frame, dict(entry.passes), forward, backward)
+        return StabilisedFrame(entry.frame, passes, forward, backward)
 
-    def _fuse(self, index: int) -> StabilisedFrame:
+    def _fuse(self, index: int) -> _Fused | None:
+        """The centre's fusion: at the plate's size, or at the reduced size with the pixels
+        near edges fused at the plate's size (see the module); None without neighbours."""
         centre = self._window[index]
         neighbours = self._neighbours(index)
         if not neighbours:
-            return self._unchanged(centre)
+            return None
         fused = fuse_frame(centre.reduced, centre.nonfinite, neighbours, self.kinds, self.settings)
-        self.pixels_fused += self.plate_hw[0] * self.plate_hw[1]
-        if centre.reduced is not centre.passes:
-            fused = self._lift(centre, neighbours, fused)
-        else:
-            self.pixels_at_plate_size += self.plate_hw[0] * self.plate_hw[1]
-        forward, backward = self._plate_flows(centre)
-        return StabilisedFrame(centre.frame, fused, forward, backward)
-
-    def _lift(
-        self, centre: _Frame, neighbours: list[_Neighbour], fused: dict[str, Tensor]
-    ) -> dict[str, Tensor]:
-        """The reduced fusion at the plate's size: its correction upsampled, and the pixels
-        near edges fused again at the plate's size (see the module)."""
-        lifted = lift_frame(centre.passes, centre.reduced, fused, self.kinds)
+        area = self.plate_hw[0] * self.plate_hw[1]
+        self.pixels_fused += area
+        if centre.reduced is centre.passes:
+            self.pixels_at_plate_size += area
+            return _Fused(fused)
         edges = edge_blocks(centre.reduced, self.kinds, self.settings)
         pixels = plate_pixels(edges, self.plate_hw)
         self.pixels_at_plate_size += int(pixels.numel())
+        exact = None
         if pixels.numel():
             exact = fuse_pixels(
                 centre.passes, centre.nonfinite, pixels, neighbours, self.kinds, self.settings
             )
-            for name, values in exact.items():
-                lifted[name].view(values.shape[0], -1).index_copy_(1, pixels, values)
-        return lifted
+        return _Fused(fused, pixels, exact)
 
     def _neighbours(self, index: int) -> list[_Neighbour]:
         """The window's other frames, warped towards the centre: the flow from the centre to
@@ -620,51 +646,48 @@ def lift_frame(
     reduced: Mapping[str, Tensor],
     fused: Mapping[str, Tensor],
     kinds: Mapping[str, str],
-) -> dict[str, Tensor]:
-    """The reduced fusion's result at the plate's size: each pass is the centre's own pixels
-    plus the fusion's correction (fused - centre, at the fusion's size) upsampled bilinearly,
-    put back in its kind's range (unit vectors re-normalised, mattes in 0..1). Probabilities:
-    only the classes the correction moves by more than ``_LABEL_TOLERANCE`` somewhere change
-    (the others, absent from the frame or nearly, keep the centre's values), kept
-    non-negative, and rescaled to the mass those classes had, so every pixel still sums to
-    what it did. Right for the pixels away from ``edge_blocks``; the stabiliser fuses the
-    others at the plate's size and writes them over these."""
-    out = {}
+) -> None:
+    """The reduced fusion's result at the plate's size, written into ``centre``'s own
+    tensors: each pass is its own pixels plus the fusion's correction (fused - centre, at the
+    fusion's size) upsampled bilinearly, put back in its kind's range (unit vectors
+    re-normalised, mattes in 0..1). Probabilities: only the classes the correction moves by
+    more than ``_LABEL_TOLERANCE`` (in the rows at hand) change, the others (absent from the
+    frame, or nearly) keep their values; the changed ones are kept non-negative and rescaled to
+    the mass they had, so every pixel still sums to what it did. In place, because a new 4K
+    frame of 29 class planes is 1 GB of fresh memory a frame. Right for the pixels away from
+    ``edge_blocks``; the stabiliser writes those fused at the plate's size over these."""
     for name, values in centre.items():
         correction = torch.nan_to_num(fused[name] - reduced[name], 0.0, 0.0, 0.0)
         if kinds[name] == "labels":
-            out[name] = _lift_labels(values, correction)
+            _lift_labels(values, correction)
         else:
-            out[name] = _lift_values(kinds[name], values, correction)
-    return out
+            _lift_values(kinds[name], values, correction)
 
 
-def _lift_values(kind: str, values: Tensor, correction: Tensor) -> Tensor:
+def _lift_values(kind: str, values: Tensor, correction: Tensor) -> None:
     upsampler = _RowUpsampler(correction, (values.shape[1], values.shape[2]))
-    result = torch.empty_like(values)
     bytes_per_row = values.shape[0] * values.shape[2] * 16
     for rows in row_blocks(values.device, values.shape[1], bytes_per_row):
-        band = result[:, rows]
-        torch.add(upsampler.rows(rows), values[:, rows], out=band)
+        band = values[:, rows]
+        step = upsampler.rows(rows)
+        band.add_(step)
         if kind == "unit_vectors":
             norm = _norm(band)
+            flat = norm <= _TINY  # no direction left: the pixel's own stands
             band.div_(norm.clamp_min(_TINY))
-            flat = norm <= _TINY
             if bool(flat.any()):
-                band.copy_(torch.where(flat, values[:, rows], band))
+                band.copy_(torch.where(flat, band * norm.clamp_min(_TINY) - step, band))
         elif kind == "alpha":
             band.clamp_(0.0, 1.0)
-    return result
 
 
-def _lift_labels(values: Tensor, correction: Tensor) -> Tensor:
+def _lift_labels(values: Tensor, correction: Tensor) -> None:
     """Per band of rows, only the classes the correction moves there (in the fused rows the
-    band's upsampling reads) are lifted; a band where none moves is the centre's."""
+    band's upsampling reads) are lifted; a band where none moves stays as it is."""
     moved_in_row = correction.abs().amax(dim=2) > _LABEL_TOLERANCE  # (classes, fused rows)
-    result = values.clone()
     moved = moved_in_row.any(dim=1).nonzero().squeeze(1)
     if not moved.numel():
-        return result
+        return
     upsampler = _RowUpsampler(correction.index_select(0, moved), (values.shape[1],
                                                                  values.shape[2]))  # fmt: skip
     moved_in_row = moved_in_row.index_select(0, moved)
@@ -674,13 +697,13 @@ def _lift_labels(values: Tensor, correction: Tensor) -> Tensor:
         active = moved_in_row[:, read].any(dim=1).nonzero().squeeze(1)
         if not active.numel():
             continue
-        before = values[:, rows].index_select(0, moved[active])
+        classes = moved[active]
+        band = values[:, rows]
+        before = band.index_select(0, classes)
         after = upsampler.rows(rows, active).add_(before).clamp_(min=0.0)
         mass, now = before.sum(dim=0), after.sum(dim=0)
         after.mul_(torch.where(now > _TINY, mass / now.clamp_min(_TINY), 1.0))
-        after = torch.where(now > _TINY, after, before)
-        result[:, rows].index_copy_(0, moved[active], after)
-    return result
+        band.index_copy_(0, classes, torch.where(now > _TINY, after, before))
 
 
 class _RowUpsampler:
