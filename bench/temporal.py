@@ -323,12 +323,13 @@ def memory_probe(scene: Scene, settings: FusionSettings, device: str) -> int:
     return -1
 
 
-def memory_check(scene: Scene, radius: int, device: str) -> dict[str, float]:
+def memory_check(scene: Scene, settings: FusionSettings, device: str) -> dict[str, float]:
     out = {}
     for frames in (scene.frames, 2 * scene.frames):
         command = [sys.executable, "-m", "bench.temporal", "--memory-probe",
                    "--size", f"{scene.width}x{scene.height}", "--frames", str(frames),
-                   "--radius", str(radius), "--device", device,
+                   "--radius", str(settings.radius), "--fusion-side", str(settings.max_side),
+                   "--device", device,
                    "--threads", str(torch.get_num_threads())]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         out[f"peak_rss_mib_{frames}_frames"] = int(done.stdout.split()[-1]) / 2**20
@@ -520,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
             report["static"] = static_check(scene, settings, args.device)
             report["cut"] = cut_check(scene, settings, args.device)
         if not args.skip_memory:
-            report["memory"] = memory_check(scene, args.radius, args.device)
+            report["memory"] = memory_check(scene, settings, args.device)
     if args.flow_check:
         report["flow_check"] = flow_check(scene, DEFAULT_FLOW)
     print(json.dumps(report, indent=2, default=_json) if args.json else _table(report))
