@@ -455,8 +455,8 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=DEFAULT_FUSION.max_side,
         help="the long side the fusion runs at (default %(default)s: a 4096x2160 plate is fused "
-        "at 1024x540 and the correction upsampled; a smaller plate at its own size). To see "
-        "what a 4x reduction costs in accuracy on the default 384x216 shot: --fusion-side 96",
+        "at 1024x540 and the correction upsampled; a smaller plate at its own size). The 4K "
+        "reduction on a shot the bench can score: --size 1536x864 --fusion-side 384",
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
@@ -483,10 +483,12 @@ def main(argv: list[str] | None = None) -> None:
         "--default-allocator",
         action="store_true",
         help="glibc's default malloc settings, not the ones the platform's workers run with "
-        "(flows.allocator: without them each frame's fresh 1 GB of seg is page-faulted in)",
+        "(flows.allocator: glibc's kept blocks and torch's transparent huge pages)",
     )
     parser.add_argument("--memory-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.fusion_side < 1:
+        parser.error(f"--fusion-side must be at least 1, got {args.fusion_side}")
     as_a_worker_runs("bench.temporal", args.default_allocator, argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     scene = Scene(width, height, args.frames)

@@ -34,7 +34,7 @@ import os
 # faults). torch's THP_MEM_ALLOC_ENABLE=1 has it ask for transparent huge pages on tensors of
 # 2 MB and more (madvise; the kernel's default "madvise" mode grants them): the same tensors
 # are then reused with no fault at all. Measured on the project's 2-core VM: a 1 GB clone
-# 0.35-0.39 s -> 0.095 s; temporal stabilisation, which makes a frame's 1 GB of seg
+# 0.35-0.39 s -> 0.095 s; temporal stabilisation, when it still made a frame's 1 GB of seg
 # probabilities afresh each frame, 2.67 -> 2.30 core-s per 4096x2160 frame (`python -m
 # bench.temporal --size 4096x2160 --frames 12 --cost-only`, with and without it). The first
 # such allocation in a process can stall while the kernel gathers huge pages (2.3 s for 1 GB,

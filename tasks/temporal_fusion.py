@@ -2,8 +2,9 @@
 
 Each frame's pass is fused with its neighbours' passes warped to it by the plate's motion
 (``tasks.plate_flow``), over a window of ``FusionSettings.radius`` frames each side. Frames
-stream through: a frame comes out once its last neighbour is pushed, and memory holds that
-window (``2 * radius + 1`` frames of passes, their flow-resolution motion), never the shot.
+stream through: a frame is fused once its last neighbour is pushed and comes out once no frame
+still to be fused needs it (``radius`` frames later), and memory holds that window (``2 *
+radius + 1`` frames of passes, their flow-resolution motion), never the shot.
 
 Why a radius of 2 (five frames). The errors a per-frame network makes are, frame to frame,
 close to independent: averaging N frames divides them by about sqrt(N). Three frames give
@@ -176,7 +177,8 @@ DEFAULT_FUSION = FusionSettings()
 
 @dataclass
 class StabilisedFrame:
-    """One frame out: its passes fused (same names, shapes, units, float32 as pushed) and the
+    """One frame out: its passes fused (same names, shapes, units, float32 as pushed; the pushed
+    tensors themselves when the fusion ran at a reduced size) and the
     plate-pixel flow to its neighbours, (H, W, 2) x then y, y down; None across a cut or a
     hole and at the ends of what was pushed."""
 
@@ -718,9 +720,9 @@ class _RowUpsampler:
     def __init__(self, field: Tensor, size: tuple[int, int]) -> None:
         height, width = size
         h = field.shape[1]
-        self.field = field
-        self.width = width
-        self._wide: Tensor | None = None
+        self.wide = F.interpolate(
+            field[None], size=(h, width), mode="bilinear", align_corners=False
+        )[0]
         scale = h / height
         source = (torch.arange(height, device=field.device, dtype=torch.float32) + 0.5) * scale
         source = source.sub_(0.5).clamp_(min=0.0)
@@ -730,18 +732,13 @@ class _RowUpsampler:
 
     def rows(self, rows: slice, channels: Tensor | None = None) -> Tensor:
         """The upsampled field's rows ``rows`` (of ``channels`` only, when given)."""
-        if self._wide is None:
-            size = (self.field.shape[1], self.width)
-            self._wide = F.interpolate(
-                self.field[None], size=size, mode="bilinear", align_corners=False
-            )[0]
         top, bottom = self.top[rows], self.bottom[rows]
         if channels is None:
-            upper = self._wide.index_select(1, top)
-            lower = self._wide.index_select(1, bottom)
+            upper = self.wide.index_select(1, top)
+            lower = self.wide.index_select(1, bottom)
         else:
-            upper = self._wide[channels[:, None], top[None, :]]
-            lower = self._wide[channels[:, None], bottom[None, :]]
+            upper = self.wide[channels[:, None], top[None, :]]
+            lower = self.wide[channels[:, None], bottom[None, :]]
         return upper.lerp_(lower, self.share[rows])
 
 
