@@ -7,11 +7,13 @@ per pass and which frames the threshold flags. tests/test_temporal_qc.py asserts
 
     python -m bench.temporal_qc
     python -m bench.temporal_qc --threshold 2.5
+    python -m bench.temporal_qc --speed 4 --tilt 10   # fast action, a smaller normal flicker
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 
@@ -32,16 +34,20 @@ SYNTHESISED = tuple(PERTURBED)  # the passes the synthetic shot has (one of each
 THRESHOLD = 3.0
 
 
-def centre(frame: int) -> tuple[float, float]:
-    x = 60.0 + 1.5 * (frame - FRAMES[0])  # steady motion, 1.5 px a frame
+SPEED = 1.5  # pixels a frame
+TILT = 27.0  # degrees: the normal flicker tilts a normal facing the camera this far up
+
+
+def centre(frame: int, speed: float = SPEED) -> tuple[float, float]:
+    x = 60.0 + speed * (frame - FRAMES[0])  # steady motion
     if frame == SHAKEN:
         x += 8.0
     return x, 48.0 + 2.0 * np.sin(frame / 3.0)
 
 
-def frame_passes(frame: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def frame_passes(frame: int, speed: float = SPEED) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The plate (scene-linear RGB) and the passes of one frame."""
-    cx, cy = centre(frame)
+    cx, cy = centre(frame, speed)
     yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
     u, v = (xx - cx) / 22.0, (yy - cy) / 34.0
     r2 = u**2 + v**2
@@ -63,10 +69,11 @@ def frame_passes(frame: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return plate, passes
 
 
-def perturb(name: str, value: np.ndarray) -> np.ndarray:
-    """What a flickering network does to one frame of a pass."""
-    if name == "normal":  # tilted up by about 27 degrees
-        tilted = value + np.array([0.0, 0.5, 0.0], dtype=np.float32)
+def perturb(name: str, value: np.ndarray, tilt: float = TILT) -> np.ndarray:
+    """What a flickering network does to one frame of a pass (``tilt``: the normals', degrees)."""
+    if name == "normal":  # tilted up
+        up = math.tan(math.radians(tilt))
+        tilted = value + np.array([0.0, up, 0.0], dtype=np.float32)
         return tilted / np.linalg.norm(tilted, axis=-1, keepdims=True)
     if name == "pointmap":
         return value * 1.15  # depth pumps by 15%
@@ -77,16 +84,17 @@ def perturb(name: str, value: np.ndarray) -> np.ndarray:
     return np.where(value == 1, 2, np.where(value == 2, 1, value)).astype(np.uint8)  # seg
 
 
-def write_synthetic_shot(root: Path) -> QcJob:
-    """The shot's plates (EXR) and Zarr store under ``root``; the QC job that scores it."""
+def write_synthetic_shot(root: Path, speed: float = SPEED, tilt: float = TILT) -> QcJob:
+    """The shot's plates (EXR) and Zarr store under ``root``; the QC job that scores it. ``speed``:
+    how far the person moves a frame (pixels); ``tilt``: the normal flicker's, in degrees."""
     zarr = str(root / "shot.zarr")
     create_shot_store(zarr, FRAMES, H, W, zarr_arrays(SYNTHESISED), 1, {}, frames_per_shard=4)
     uris = []
     for index, frame in enumerate(FRAMES):
-        plate, passes = frame_passes(frame)
+        plate, passes = frame_passes(frame, speed)
         for name, bad in PERTURBED.items():
             if frame == bad:
-                passes[name] = perturb(name, passes[name])
+                passes[name] = perturb(name, passes[name], tilt)
         uri = root / f"plate.{frame:04d}.exr"
         _write_plate(uri, plate)
         uris.append(str(uri))
@@ -111,11 +119,16 @@ def _write_plate(path: Path, rgb: np.ndarray) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
+    parser.add_argument("--speed", type=float, default=SPEED, help="pixels a frame")
+    parser.add_argument("--tilt", type=float, default=TILT, help="the normal flicker, degrees")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
-        flicker = shot_flicker(write_synthetic_shot(Path(root)))
+        flicker = shot_flicker(write_synthetic_shot(Path(root), args.speed, args.tilt))
     flagged = flagged_frames(flicker, args.threshold)
-    print(f"frames {FRAMES[0]}-{FRAMES[-1]}, shaken {SHAKEN}; threshold {args.threshold:g}")
+    print(
+        f"frames {FRAMES[0]}-{FRAMES[-1]}, moving {args.speed:g} px a frame, shaken {SHAKEN}, "
+        f"normals tilted {args.tilt:g} degrees; threshold {args.threshold:g}"
+    )
     for name, scores in flicker.items():
         others = [s for f, s in scores.items() if f != PERTURBED[name]]
         print(

@@ -39,10 +39,8 @@ PASS_KINDS = {
 BAD = {"normal": (10, 30), "pointmap": (14, 36), "depth": (12,), "albedo": (20, 41),
        "matte": (25, 40), "seg": (17,)}  # fmt: skip
 SWAPS = {8: (3, 4), 22: (5, 6), 33: (3, 4)}  # frame index -> the two classes swapped
-MISSING_PERSON = range(15, 19)
-PACE = (
-    48  # frames the figure takes to cross the frame  # frames where the second person is not found
-)
+MISSING_PERSON = range(15, 19)  # frames where the second person is not found
+PACE = 48  # frames the figure takes to cross the frame
 _UNIT_M = 0.35  # metres per body unit
 _LIGHT = np.array([-0.4, -0.5, -0.75]) / np.linalg.norm([-0.4, -0.5, -0.75])
 

@@ -61,7 +61,12 @@ def flow_image(rgb: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.nda
     """The 8-bit luma the flow runs on, from a plate frame in the model's encoding ((H, W, 3)
     float in 0..1), reduced so its long side is at most ``settings.max_side`` (area
     averaging: no aliasing). C-contiguous, as DIS requires."""
-    luma = np.clip(rgb[..., :3] @ _LUMA, 0.0, 1.0)
+    return luma_flow_image(rgb[..., :3] @ _LUMA, settings)
+
+
+def luma_flow_image(luma: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.ndarray:
+    """``flow_image`` from the luma ((H, W) float, 0..1) instead of the RGB."""
+    luma = np.clip(luma, 0.0, 1.0)
     size = reduced_size(luma.shape, settings.max_side)
     if size != luma.shape:
         luma = cv2.resize(luma, size[::-1], interpolation=cv2.INTER_AREA)

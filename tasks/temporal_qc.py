@@ -1,36 +1,45 @@
 """Temporal QC: a flicker score per frame for each dense pass of a shot.
 
 Per-frame networks flicker: a frame's pass jumps while the plate barely moved. The score
-tells that apart from honest motion by comparing the pass's change with the plate's change
-over the same pixels, and comparing that ratio with what is usual for the shot:
+tells that apart from honest motion by following the plate's motion, comparing the pass's
+change along it with the plate's change along it, and comparing that ratio with what is
+usual for the shot:
 
-    D_x(a, b)  mean change of x between frames a and b over the pixels that are the person
-               (matte >= 0.5 or a body-part label) in both frames; the whole frame when the
-               shot has neither pass or no person
+    D_x(a, b)  mean change of x between frame a and frame b followed to a's pixels along the
+               plate's flow (``follow_motion``), over the pixels that are the person (matte
+               >= 0.5 or a body-part label) in both and whose flow can be trusted; the whole
+               frame's trusted pixels when the shot has neither pass or no person
     R(a, b)    (D_pass(a, b) + EPS) / (D_plate(a, b) + EPS)
     r(t)       min(R(t, t-1), R(t, t+1))   at the first and last frame the two nearest
                frames on the one side they have (t+1, t+2 / t-1, t-2)
     score(t)   r(t) / median over the shot's frames of r
 
-Why the ratio to the plate: fast action, a camera bump or a flash change the plate and the
-pass together and do not raise the score. Why the minimum over both neighbours: a frame
-whose pass is wrong changed more than its plate towards both of its neighbours, while each
-neighbour still agrees with its other neighbour, so the spike lands on the bad frame alone
-(a plain first difference flags the frame after it too); the ratio is taken per pair, so a
-neighbour that moved honestly does not hide or fake anything. Why the median: it makes the
-score unit-free per pass (1 is what is usual for this shot) and robust to the few bad frames
-it looks for. EPS is the noise floor (0.2% of the encoded plate's range; the pass metrics
-share that scale), so a static plate does not turn noise into a score.
+Why follow the motion: a surface that moves keeps its normal (nearly: it turns a little a
+frame), its albedo, its matte, its label and its relative depth, while the pixels it covers
+change; compared where they are, a moving figure's normals change more than a network's
+flicker does, and the flicker drowned (on the synthetic shot of bench/temporal_qc.py moving 4
+pixels a frame, a 10 degree tilt of one frame's normals scored 1.2 compared in place, 9.2
+followed). The flow is OpenCV's DIS between the plate proxies (``tasks.plate_flow``), with its
+forward-backward confidence: a pixel hidden in the other frame is not compared. Labels are
+taken from the nearest pixel, or from one of the eight around it where that holds the same
+label (a flow a pixel off must not turn a label boundary's own motion into a change); the rest
+is sampled bilinearly. A cut, or a pair where almost nothing can be followed, is compared
+where the pixels are.
 
-What it cannot do: pixels are compared where they are, without following the motion, so a
-pass that varies fast across the body (normals) changes a lot with motion alone, and in a
-shot with fast action a normal flicker must be larger to stand out (on the synthetic shot of
-bench/temporal_qc.py, moving 1.5 proxy pixels a frame: a 27 degree tilt of one frame
-scores 4.5, a 17 degree one 2.9).
+Why the ratio to the plate: a flash, a light change or a flow that failed change the plate
+followed along the motion and the pass together and do not raise the score. Why the minimum
+over both neighbours: a frame whose pass is wrong changed more than its plate towards both of
+its neighbours, while each neighbour still agrees with its other neighbour, so the spike lands
+on the bad frame alone (a plain first difference flags the frame after it too); the ratio is
+taken per pair, so a neighbour that moved honestly does not hide or fake anything. Why the
+median: it makes the score unit-free per pass (1 is what is usual for this shot) and robust to
+the few bad frames it looks for. EPS is the noise floor (0.2% of the encoded plate's range; the
+pass metrics share that scale), so a static plate does not turn noise into a score.
 
 Change metrics, all near a 0-1 scale: normal, half the chord between unit vectors; pointmap,
-the distance between points relative to their distance from the camera; albedo and matte, the
-mean absolute difference; seg, the share of pixels whose label changed; plate, the mean
+the change of the point's distance from the camera relative to that distance (a surface
+followed across the view keeps its distance, not its camera-space position); albedo and matte,
+the mean absolute difference; seg, the share of pixels whose label changed; plate, the mean
 absolute difference of the luma of the plate as the model saw it (its input encoding).
 
 Everything is measured on proxies at most PROXY_SIDE pixels on the long side (block means;
@@ -51,11 +60,14 @@ from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
+from tasks.plate_flow import FlowSettings, luma_flow_image, pair_motion
 
 QC_PASSES = tuple(p.name for p in PASSES if p.qc is not None)
 PROXY_SIDE = 256
 EPS = 0.002
 MIN_REGION = 0.005  # share of the proxy below which the person region is taken as absent
+QC_FLOW = FlowSettings(max_side=PROXY_SIDE)  # flow between proxies, at their own size
+TRUSTED = 0.5  # round-trip confidence from which a pixel's motion is followed
 BACKGROUND = 0  # seg class 0 is the background
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
 
@@ -161,14 +173,16 @@ def _pair(a: int, b: int) -> tuple[int, int]:
 
 
 class _Changes:
-    """D_x(a, b) for each pair of frames measured, per pass and for the plate."""
+    """D_x(a, b) for each pair of frames measured, per pass and for the plate, b followed
+    along the plate's motion to a's pixels."""
 
     def __init__(self) -> None:
         self.values: dict[str, dict[tuple[int, int], float]] = {}
 
     def add(self, a: Proxies, b: Proxies, passes: Sequence[str]) -> None:
-        region = _region(a, b)
         key = _pair(a.frame, b.frame)
+        b, trusted = follow_motion(a, b)
+        region = _region(a, b, trusted)
         self.values.setdefault("plate", {})[key] = _mean(np.abs(a.plate - b.plate), region)
         for name in passes:
             change = CHANGE[name](a.passes[name], b.passes[name])
@@ -178,16 +192,78 @@ class _Changes:
         return self.values.get(name, {})
 
 
-def _region(a: Proxies, b: Proxies) -> np.ndarray | None:
+def follow_motion(a: Proxies, b: Proxies) -> tuple[Proxies, np.ndarray | None]:
+    """``b`` warped onto ``a``'s pixels along the plate's flow from a to b, and the pixels of
+    ``a`` whose flow can be trusted (round trip, seen in b). ``b`` as it is and None where the
+    pair is a cut or almost nothing can be followed: then pixels are compared where they are.
+
+    Labels are sampled at the nearest pixel (``_labels_near``), everything else bilinearly;
+    where a person is, at the nearest pixel."""
+    motion = pair_motion(
+        luma_flow_image(a.plate, QC_FLOW), luma_flow_image(b.plate, QC_FLOW), QC_FLOW
+    )
+    trusted = motion.confidence_a >= TRUSTED
+    if motion.cut or trusted.mean() < MIN_REGION:
+        return b, None
+    h, w = a.plate.shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    at_x = np.clip(xs + motion.forward[..., 0], 0, w - 1)
+    at_y = np.clip(ys + motion.forward[..., 1], 0, h - 1)
+    near = np.rint(at_y).astype(np.intp), np.rint(at_x).astype(np.intp)
+    labels = {p.name for p in PASSES if p.qc == "labels"}
+    passes = {
+        name: _labels_near(values, near, a.passes[name])
+        if name in labels
+        else _bilinear(values, at_x, at_y)
+        for name, values in b.passes.items()
+    }
+    person = None if b.person is None else b.person[near]
+    warped = Proxies(b.frame, _bilinear(b.plate, at_x, at_y), passes, person)
+    return warped, trusted
+
+
+def _labels_near(
+    labels: np.ndarray, near: tuple[np.ndarray, np.ndarray], reference: np.ndarray
+) -> np.ndarray:
+    """``labels`` at the pixels ``near`` (rows, columns), or the reference's label where
+    one of the eight pixels around holds it: a flow a pixel off must not count a label
+    boundary's own motion as a change of label."""
+    h, w = labels.shape[:2]
+    picked = labels[near]
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            around = labels[np.clip(near[0] + dy, 0, h - 1), np.clip(near[1] + dx, 0, w - 1)]
+            picked = np.where(around == reference, around, picked)
+    return picked
+
+
+def _bilinear(values: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``values`` (h, w, ...) sampled at (x, y), coordinates inside the frame."""
+    x0 = np.minimum(x.astype(np.intp), values.shape[1] - 2).clip(0)
+    y0 = np.minimum(y.astype(np.intp), values.shape[0] - 2).clip(0)
+    fx, fy = x - x0, y - y0
+    if values.ndim == 3:
+        fx, fy = fx[..., None], fy[..., None]
+    x1 = np.minimum(x0 + 1, values.shape[1] - 1)
+    y1 = np.minimum(y0 + 1, values.shape[0] - 1)
+    top = values[y0, x0] * (1 - fx) + values[y0, x1] * fx
+    bottom = values[y1, x0] * (1 - fx) + values[y1, x1] * fx
+    return (top * (1 - fy) + bottom * fy).astype(np.float32)
+
+
+def _region(a: Proxies, b: Proxies, trusted: np.ndarray | None) -> np.ndarray | None:
     """Pixels that are the person in both frames: the band the silhouette swept between them
     changes with motion alone, by a lot in every geometric pass, and would drown the change
-    of the person's own pixels. Both frames' pixels when the overlap is too small."""
+    of the person's own pixels. Both frames' pixels when the overlap is too small. Of those,
+    only the pixels whose motion could be followed (``trusted``: an occluded pixel is not the
+    same surface in the two frames)."""
+    everything = np.ones(a.plate.shape, dtype=bool) if trusted is None else trusted
     if a.person is None or b.person is None:
-        return None
-    for region in (a.person & b.person, a.person | b.person):
+        return trusted
+    for region in (a.person & b.person & everything, (a.person | b.person) & everything):
         if region.mean() >= MIN_REGION:
             return region
-    return None
+    return trusted
 
 
 def _mean(values: np.ndarray, region: np.ndarray | None) -> float:
@@ -201,8 +277,12 @@ def _normal_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _point_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    scale = 0.5 * (np.linalg.norm(a, axis=-1) + np.linalg.norm(b, axis=-1))
-    return np.linalg.norm(a - b, axis=-1) / np.maximum(scale, 1e-6)
+    """The change of the point's distance from the camera, relative to it: a surface followed
+    along the motion keeps its distance when it moves across the view or the camera pans
+    (its camera-space position does not), and a network's flicker is mostly a change of
+    depth or scale."""
+    range_a, range_b = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+    return np.abs(range_a - range_b) / np.maximum(0.5 * (range_a + range_b), 1e-6)
 
 
 def _colour_change(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from bench.temporal_qc import (
@@ -21,7 +22,14 @@ from bench.temporal_qc import (
 )
 from schemas.catalog import queries
 from schemas.passes import BY_NAME, PASSES
-from tasks.temporal_qc import QcJob, flagged_frames, scores, shot_flicker
+from tasks.temporal_qc import (
+    QcJob,
+    flagged_frames,
+    follow_motion,
+    proxies_of,
+    scores,
+    shot_flicker,
+)
 from tests import api_fixtures, catalog_fixtures
 from tests.api_fixtures import A, Filled
 from tests.catalog_fixtures import exr_uri
@@ -50,6 +58,26 @@ def test_each_perturbed_frame_is_flagged_for_its_pass_and_no_other_frame(synthet
         assert flicker[name][frame] > 2 * max(others), (name, flicker[name])
     shaken = {name: flicker[name][SHAKEN] for name in SYNTHESISED}
     assert max(shaken.values()) < THRESHOLD, shaken  # honest motion, however sudden
+
+
+def test_a_small_normal_flicker_stands_out_in_fast_action(tmp_path):
+    # 4 px a frame: comparing pixels where they are, a 10 degree tilt scored 1.2 (a turning or
+    # moving figure's normals change more than that); followed along the motion it stands out
+    flicker = shot_flicker(write_synthetic_shot(tmp_path, speed=4.0, tilt=10.0))
+
+    assert flagged_frames(flicker, THRESHOLD) == {name: [f] for name, f in PERTURBED.items()}
+    others = [s for f, s in flicker["normal"].items() if f != PERTURBED["normal"]]
+    assert flicker["normal"][PERTURBED["normal"]] > 2 * THRESHOLD > 2 * max(others)
+
+
+def test_a_cut_is_compared_where_the_pixels_are():
+    rng = np.random.default_rng(0)
+    a = proxies_of(1, rng.random((48, 80), dtype=np.float32), {})
+    b = proxies_of(2, np.full((48, 80), 0.9, np.float32), {})  # another shot: nothing to follow
+
+    followed, trusted = follow_motion(a, b)
+
+    assert followed is b and trusted is None
 
 
 def test_scores_localise_a_spike_at_either_end_of_the_shot():
