@@ -40,6 +40,12 @@ The rule per kind of values (``schemas.passes.Values``):
 | alpha          | absolute difference                     | weighted                      |
 | labels         | total variation between probabilities   | weighted (still sums to 1)    |
 
+Neighbours are sampled bilinearly, but relative depth at the nearest pixel: it is -1 off the
+person, so a sample between two pixels at the silhouette would be neither the person's depth
+nor the background (a mix such as -0.25), and a robust mean starting from the medoid can land
+on exactly that in-between sample (on ``bench.temporal``'s 384x216 shot the person ratio went
+from 0.83 to 0.81).
+
 Flow to neighbours two or more frames away is the composition of the adjacent flows (their
 confidences multiplied along the path), at flow resolution: one DIS pair per frame, and a
 composition is a bilinear lookup. Measured on the synthetic shot (``bench.temporal
@@ -781,11 +787,13 @@ class _Band:
             if kind == "points":
                 out[name] = self.fuse_points(centre[name], name, dirty)
             else:
-                samples = [self.take(centre[name]), *self.warped(name)]
+                samples = [self.take(centre[name]), *self.warped(name, mode=_WARP_MODE[kind])]
                 out[name] = self.fuse(kind, samples, self.base, dirty)
         return out
 
-    def warped(self, name: str, channels: slice | None = None) -> list[Tensor]:
+    def warped(
+        self, name: str, channels: slice | None = None, mode: str = "bilinear"
+    ) -> list[Tensor]:
         out = []
         for neighbour, grid in zip(self.neighbours, self.grids, strict=True):
             values = self.source(neighbour, name)
@@ -793,7 +801,7 @@ class _Band:
                 values = values[channels]
             out.append(
                 F.grid_sample(
-                    values[None], grid, mode="bilinear", padding_mode="border", align_corners=True
+                    values[None], grid, mode=mode, padding_mode="border", align_corners=True
                 )[0]
             )
         return out
@@ -833,6 +841,9 @@ class _Band:
         points = fused_ray * (fused_depth / fused_ray[2:3])
         usable = torch.isfinite(points).all(dim=0) & (here[2].abs() > _TINY)
         return torch.where(usable, points, here)
+
+
+_WARP_MODE = {kind: "bilinear" for kind in KINDS} | {"relative_depth": "nearest"}
 
 
 def robust_mean(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -277,3 +278,32 @@ def test_lifted_probabilities_stay_probabilities_and_absent_classes_stay_as_they
     assert torch.allclose(lifted.sum(0), probabilities.sum(0), atol=1e-6)
     assert torch.equal(lifted[4], probabilities[4])
     assert (lifted[1] > lifted[0]).all()
+
+
+@pytest.mark.parametrize("max_side", [96, 24], ids=["plate", "reduced"])
+def test_relative_depth_is_never_blended_with_the_background_it_stands_on(max_side):
+    # a figure's relative depth (0.5) on -1 (not the person) moving 0.6 px a frame: a
+    # neighbour sampled between two pixels at the silhouette must not bring values in between
+    # (a depth of -0.25 is neither the person nor the background)
+    rng = np.random.default_rng(1)
+    texture = cv2.GaussianBlur(rng.random((64, 160), dtype=np.float32), (0, 0), 2.0)
+    settings = replace(DEFAULT_FUSION, max_side=max_side)
+    stabiliser = TemporalStabiliser({"depth": "relative_depth"}, (64, 96), "cpu", settings)
+    out = []
+    for index in range(8):
+        x = 20 + 0.6 * index
+        shift = np.float32([[1, 0, x - 20]])
+        moved = cv2.warpAffine(texture, np.vstack([shift, [[0, 1, 0]]]), (96, 64))
+        plate = np.repeat(0.2 + 0.6 * moved[..., None], 3, axis=-1)
+        cols = np.arange(96)[None, :]
+        rows = np.arange(64)[:, None]
+        inside = (cols >= x) & (cols < x + 30) & (rows >= 16) & (rows < 48)
+        depth = np.where(inside, 0.5 + 0.02 * rng.standard_normal((64, 96)), -1.0)
+        tensors = {"depth": torch.from_numpy(depth.astype(np.float32))[None]}
+        out += stabiliser.push(1001 + index, plate.astype(np.float32), tensors)
+    out += stabiliser.flush()
+
+    values = torch.cat([r.passes["depth"].flatten() for r in out])
+    assert len(out) == 8
+    between = (values > -0.95) & (values < 0.4)
+    assert not between.any(), values[between][:10]
