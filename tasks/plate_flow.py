@@ -55,6 +55,15 @@ class FlowSettings:
 
 
 DEFAULT_FLOW = FlowSettings()
+# DIS (OpenCV 5.0) reads outside a flow image under 16 pixels on a side: some such sizes
+# raise, others kill the process (a segfault, seen at 15x200 and 12x64; every size from 16
+# up that was tried ran). A pair that small has no flow (``can_flow``).
+MIN_FLOW_SIDE = 16
+
+
+def can_flow(image: np.ndarray) -> bool:
+    """Whether DIS can run on a flow image of this size (``MIN_FLOW_SIDE``)."""
+    return min(image.shape[:2]) >= MIN_FLOW_SIDE
 
 
 def flow_image(rgb: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.ndarray:
@@ -84,7 +93,13 @@ def reduced_size(hw: tuple[int, ...], max_side: int) -> tuple[int, int]:
 
 def dense_flow(a: np.ndarray, b: np.ndarray, settings: FlowSettings = DEFAULT_FLOW) -> np.ndarray:
     """Flow from ``a`` to ``b`` (flow images of one size): (h, w, 2) float32, x then y, in
-    flow-image pixels, y down; ``a[y, x]`` is seen at ``b[y + v, x + u]``."""
+    flow-image pixels, y down; ``a[y, x]`` is seen at ``b[y + v, x + u]``. Refused
+    (ValueError) below ``MIN_FLOW_SIDE``."""
+    if not (can_flow(a) and can_flow(b)):
+        raise ValueError(
+            f"a flow image of {a.shape[1]}x{a.shape[0]} pixels is under the {MIN_FLOW_SIDE} a "
+            "side optical flow needs"
+        )
     dis = cv2.DISOpticalFlow_create(_PRESETS[settings.preset])
     return dis.calc(a, b, None)
 

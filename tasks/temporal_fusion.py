@@ -106,6 +106,7 @@ from tasks.pixel_blocks import row_blocks
 from tasks.plate_flow import (
     DEFAULT_FLOW,
     FlowSettings,
+    can_flow,
     confidence_to_plate,
     flow_image,
     pair_motion,
@@ -293,7 +294,12 @@ class TemporalStabiliser:
         out: list[StabilisedFrame] = []
         previous = self._window[-1] if self._window else None
         joined = False
-        if previous is not None and frame == previous.frame + 1 and self._last_image is not None:
+        if (
+            previous is not None
+            and frame == previous.frame + 1
+            and self._last_image is not None
+            and can_flow(image)  # a plate too small for flow: nothing is fused
+        ):
             motion = pair_motion(self._last_image, image, self.flow)
             if not motion.cut:
                 previous.forward = self._tensor(motion.forward)

@@ -60,7 +60,7 @@ from storage.location import Location
 from storage.plate_reader import read_plate_frame
 from storage.zarr_store import SEG_FILL, close_store, open_shot_store
 from tasks.colour import ColourConversion
-from tasks.plate_flow import FlowSettings, luma_flow_image, pair_motion
+from tasks.plate_flow import FlowSettings, can_flow, luma_flow_image, pair_motion
 
 QC_PASSES = tuple(p.name for p in PASSES if p.qc is not None)
 PROXY_SIDE = 256
@@ -69,6 +69,7 @@ MIN_REGION = 0.005  # share of the proxy below which the person region is taken 
 QC_FLOW = FlowSettings(max_side=PROXY_SIDE)  # flow between proxies, at their own size
 TRUSTED = 0.5  # round-trip confidence from which a pixel's motion is followed
 BACKGROUND = 0  # seg class 0 is the background
+LABEL_PASSES = frozenset(p.name for p in PASSES if p.qc == "labels")  # held as class indices
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
 
 
@@ -195,13 +196,15 @@ class _Changes:
 def follow_motion(a: Proxies, b: Proxies) -> tuple[Proxies, np.ndarray | None]:
     """``b`` warped onto ``a``'s pixels along the plate's flow from a to b, and the pixels of
     ``a`` whose flow can be trusted (round trip, seen in b). ``b`` as it is and None where the
-    pair is a cut or almost nothing can be followed: then pixels are compared where they are.
+    pair is a cut, almost nothing can be followed or the proxies are too small for flow: then
+    pixels are compared where they are.
 
     Labels are sampled at the nearest pixel (``_labels_near``), everything else bilinearly;
     where a person is, at the nearest pixel."""
-    motion = pair_motion(
-        luma_flow_image(a.plate, QC_FLOW), luma_flow_image(b.plate, QC_FLOW), QC_FLOW
-    )
+    image_a, image_b = luma_flow_image(a.plate, QC_FLOW), luma_flow_image(b.plate, QC_FLOW)
+    if not can_flow(image_a):  # a plate a few pixels high
+        return b, None
+    motion = pair_motion(image_a, image_b, QC_FLOW)
     trusted = motion.confidence_a >= TRUSTED
     if motion.cut or trusted.mean() < MIN_REGION:
         return b, None
@@ -210,10 +213,9 @@ def follow_motion(a: Proxies, b: Proxies) -> tuple[Proxies, np.ndarray | None]:
     at_x = np.clip(xs + motion.forward[..., 0], 0, w - 1)
     at_y = np.clip(ys + motion.forward[..., 1], 0, h - 1)
     near = np.rint(at_y).astype(np.intp), np.rint(at_x).astype(np.intp)
-    labels = {p.name for p in PASSES if p.qc == "labels"}
     passes = {
         name: _labels_near(values, near, a.passes[name])
-        if name in labels
+        if name in LABEL_PASSES
         else _bilinear(values, at_x, at_y)
         for name, values in b.passes.items()
     }
@@ -328,14 +330,13 @@ def proxies_of(frame: int, luma: np.ndarray, arrays: Mapping[str, np.ndarray]) -
     them (labels as class indices)."""
     shape = next(iter(arrays.values())).shape[:2] if arrays else luma.shape
     step = max(1, math.ceil(max(shape) / PROXY_SIDE))
-    labels = {p.name for p in PASSES if p.qc == "labels"}
     small = {
-        name: _labels(a, step) if name in labels else _block_mean(a, step)
+        name: _labels(a, step) if name in LABEL_PASSES else _block_mean(a, step)
         for name, a in arrays.items()
     }
     person = None
     for name in (n for n in PERSON_MASK_FROM[::-1] if n in small):  # alpha, then labels
-        if name in labels:
+        if name in LABEL_PASSES:
             found = (small[name] != BACKGROUND) & (small[name] != SEG_FILL)
         else:
             found = small[name] >= 0.5

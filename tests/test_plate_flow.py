@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tasks.plate_flow import FlowSettings, flow_image, pair_motion, to_plate
+from tasks.plate_flow import FlowSettings, can_flow, flow_image, pair_motion, to_plate
 
 
 def _texture(h: int, w: int, seed: int, blur: float = 2.0) -> np.ndarray:
@@ -54,3 +54,11 @@ def test_a_cut_is_not_motion():
     assert not motion.confidence_a.any() and not motion.forward.any()
     same_shot = pair_motion(flow_image(a), flow_image(np.roll(a, 2, axis=1)))
     assert not same_shot.cut
+
+
+def test_images_too_small_for_flow_are_refused_not_crashed_on():
+    # DIS segfaults on some sizes under 16 pixels a side (15x200 did): refused before it runs
+    small = (np.random.default_rng(0).random((15, 200)) * 255).astype(np.uint8)
+    with pytest.raises(ValueError, match="200x15 pixels"):
+        pair_motion(small, small)
+    assert not can_flow(small) and can_flow(np.zeros((16, 200), np.uint8))

@@ -307,3 +307,20 @@ def test_relative_depth_is_never_blended_with_the_background_it_stands_on(max_si
     assert len(out) == 8
     between = (values > -0.95) & (values < 0.4)
     assert not between.any(), values[between][:10]
+
+
+def test_a_plate_too_small_for_flow_comes_back_unchanged():
+    # under 16 pixels a side optical flow cannot run (DIS crashed on some such sizes)
+    stabiliser = TemporalStabiliser({"matte": "alpha"}, (12, 64), "cpu")
+    rng = np.random.default_rng(0)
+    pushed, out = [], []
+    for index in range(5):
+        matte = torch.from_numpy(rng.random((1, 12, 64), dtype=np.float32))
+        pushed.append(matte.clone())
+        plate = rng.random((12, 64, 3), dtype=np.float32)
+        out += stabiliser.push(1001 + index, plate, {"matte": matte})
+    out += stabiliser.flush()
+
+    assert [r.frame for r in out] == list(range(1001, 1006))
+    for result, matte in zip(out, pushed, strict=True):
+        assert torch.equal(result.passes["matte"], matte) and result.forward is None

@@ -80,6 +80,15 @@ def test_a_cut_is_compared_where_the_pixels_are():
     assert followed is b and trusted is None
 
 
+def test_a_plate_too_small_for_flow_is_compared_where_the_pixels_are():
+    rng = np.random.default_rng(0)
+    a, b = (proxies_of(f, rng.random((8, 256), dtype=np.float32), {}) for f in (1, 2))
+
+    followed, trusted = follow_motion(a, b)
+
+    assert followed is b and trusted is None
+
+
 def test_scores_localise_a_spike_at_either_end_of_the_shot():
     frames = [1, 2, 3, 4, 5, 6]
     plate = {(a, b): 0.01 for a in frames for b in frames if a < b}
