@@ -38,7 +38,8 @@ bench: venv
 	$(PY) -m bench.model
 
 # The GPU kit (bench/gpu_kit.py): CPython 3.12 wheels of what the CUDA checks and bench.gpu
-# import beyond a GPU node's own torch, numpy, safetensors and pytest, into gpu-kit/ (ignored).
+# import beyond a GPU node's own torch, numpy, safetensors, pytest and OpenCV, into gpu-kit/
+# (ignored).
 # On the node: python3 -m bench.gpu_kit run
 gpu-kit: venv
 	$(PY) -m bench.gpu_kit build

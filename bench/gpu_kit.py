@@ -1,5 +1,5 @@
 """The GPU kit: what an air-gapped GPU node needs, beyond its own Python, torch, numpy,
-safetensors and pytest, to run the CUDA checks and every GPU figure from this source tree
+safetensors, pytest and OpenCV, to run the CUDA checks and every GPU figure from this source tree
 (``pytest -m cuda tests/cuda`` and ``python -m bench.gpu``), as CPython 3.12 manylinux x86_64
 wheels in ``gpu-kit/wheels``, at most 64 MiB.
 
@@ -18,8 +18,9 @@ What goes in is derived, not listed: ``build`` runs the CUDA checks' imports and
 ``bench.gpu --device cpu --smoke`` in a child process and takes the distributions of every
 module they loaded, with what those distributions require, less what the node brings (the
 closure of ``NODE_HAS``) and this project itself, each pinned to the version tested here.
-``install`` needs only the standard library and pip: a wheel missing from the folder is named
-before pip runs (exit 2), and pip itself names a requirement the node does not meet.
+``install`` needs only the standard library and pip: a module the node must bring but lacks,
+or a wheel missing from the folder, is named before pip runs (exit 2), and pip itself names a
+requirement the node does not meet.
 """
 
 from __future__ import annotations
@@ -36,7 +37,16 @@ from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = ROOT / "gpu-kit"
-NODE_HAS = ("torch", "numpy", "safetensors", "pytest")  # with everything they require
+# What the node brings, with everything those require: distribution -> the module that shows
+# it is there (any OpenCV build gives cv2). OpenCV is one of them because its wheel (61 MB)
+# would leave no room in 64 MiB, and GPU images carry it (the lent nodes' image does).
+NODE_HAS = {
+    "torch": "torch",
+    "numpy": "numpy",
+    "safetensors": "safetensors",
+    "pytest": "pytest",
+    "opencv-python-headless": "cv2",
+}
 PROJECT = "sapiens-vfx"
 TARGET_PYTHON = "3.12"
 PLATFORMS = (  # manylinux tags a CPython 3.12 x86_64 node with glibc >= 2.28 takes
@@ -166,6 +176,13 @@ def build(kit: Path) -> None:
 # ----------------------------------------------------------------------------- on the node
 
 
+def node_lacks() -> list[str]:
+    """The distributions the kit leaves to the node that this Python cannot import."""
+    from importlib.util import find_spec
+
+    return [dist for dist, module in NODE_HAS.items() if find_spec(module) is None]
+
+
 def missing_wheels(kit: Path) -> list[str]:
     """The requirements of the kit with no wheel of that name and version in its folder."""
     present = set()
@@ -184,6 +201,11 @@ def install(kit: Path, target: Path | None) -> None:
     if not (kit / "requirements.txt").is_file():
         _refuse(f"{kit / 'requirements.txt'} is not there: run `make gpu-kit` on a connected "
                 "machine and copy gpu-kit/ with the source tree")  # fmt: skip
+    lacks = node_lacks()
+    if lacks:
+        _refuse(f"this Python ({sys.executable}) has no {', '.join(lacks)}: the kit leaves "
+                "it to the node; install it there (pip install "
+                f"{' '.join(lacks)}) or carry its wheel")  # fmt: skip
     missing = missing_wheels(kit)
     if missing:
         _refuse(f"{kit / 'wheels'} has no wheel for {', '.join(missing)}: run `make gpu-kit` "

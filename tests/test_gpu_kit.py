@@ -70,6 +70,23 @@ def test_a_kit_missing_a_wheel_names_it_before_pip_runs(tmp_path):
     assert "make gpu-kit" in done.stderr
 
 
+def test_a_node_without_what_the_kit_leaves_to_it_is_named_before_pip_runs(
+    tmp_path, monkeypatch, capsys
+):
+    kit = tmp_path / "gpu-kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "requirements.txt").write_text("")
+    lacking = {**gpu_kit.NODE_HAS, "opencv-python-headless": "no_such_cv2_here"}
+    monkeypatch.setattr(gpu_kit, "NODE_HAS", lacking)
+    assert gpu_kit.node_lacks() == ["opencv-python-headless"]
+    with pytest.raises(SystemExit) as refused:
+        gpu_kit.install(kit, None)
+    assert refused.value.code == 2
+    message = capsys.readouterr().err
+    assert "has no opencv-python-headless" in message
+    assert "pip install opencv-python-headless" in message
+
+
 def test_a_kit_never_built_is_named():
     done = _run("bench.gpu_kit", "install", "--kit", "/nonexistent/gpu-kit")
     assert done.returncode == 2
@@ -83,6 +100,7 @@ def test_the_kit_carries_what_the_checks_import_and_nothing_the_node_has():
     names = {line.split("==")[0] for line in requirements}
     assert {"openexr", "zarr", "numcodecs", "opencolorio", "pydantic", "fileseq"} <= names
     assert not names & {"torch", "numpy", "safetensors", "pytest", "packaging", "fsspec"}
+    assert "opencv-python-headless" not in names  # the node brings it: 61 MB of 64 MiB
     # the platform's orchestration and what only other passes or readers load stay out
     assert not names & {"prefect", "dask", "distributed", "sqlalchemy", "scipy", "openimageio"}
     assert all("==" in line for line in requirements)  # pinned to what is tested here
