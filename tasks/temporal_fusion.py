@@ -719,8 +719,11 @@ def _lift_labels(values: Tensor, correction: Tensor) -> None:
         before = band.index_select(0, classes)
         after = upsampler.rows(rows, active).add_(before).clamp_(min=0.0)
         mass, now = before.sum(dim=0), after.sum(dim=0)
-        after.mul_(torch.where(now > _TINY, mass / now.clamp_min(_TINY), 1.0))
-        band.index_copy_(0, classes, torch.where(now > _TINY, after, before))
+        after.mul_(mass.div_(now.clamp_min(_TINY)))
+        emptied = now <= _TINY  # no mass left to rescale: the pixel keeps its own values
+        if bool(emptied.any()):
+            after = torch.where(emptied, before, after)
+        band.index_copy_(0, classes, after)
 
 
 class _RowUpsampler:
@@ -748,9 +751,14 @@ class _RowUpsampler:
         if channels is None:
             upper = self.wide.index_select(1, top)
             lower = self.wide.index_select(1, bottom)
-        else:
-            upper = self.wide[channels[:, None], top[None, :]]
-            lower = self.wide[channels[:, None], bottom[None, :]]
+        else:  # one gather of whole rows from the (C * h, W) view: advanced indexing
+            # ([channels, rows]) took a third of lifting seg's time on the CPU
+            count, h, width = channels.numel(), self.wide.shape[1], self.wide.shape[2]
+            flat = self.wide.view(-1, width)
+            first = (channels * h)[:, None]
+            upper = flat.index_select(0, (first + top[None, :]).view(-1))
+            lower = flat.index_select(0, (first + bottom[None, :]).view(-1))
+            upper, lower = upper.view(count, -1, width), lower.view(count, -1, width)
         return upper.lerp_(lower, self.share[rows])
 
 
