@@ -116,8 +116,12 @@ def qc_report(engine: Engine, shot: ShotKey, threshold: float) -> dict[str, Any]
     """The shot's flicker scores per pass, each marked flagged or not, and the flagged list:
     ``passes`` holds the newest version's scores of each pass, ``versions`` every scored
     version's (pass -> version -> scores; a version is its output folder's name, e.g.
-    ``sapiens2_v002``), so a stabilised version is seen beside the one it came from."""
+    ``sapiens2_v002``), so a stabilised version is seen beside the one it came from;
+    ``methods`` how each version's scores of each pass were made (pass -> version -> the QC
+    method, None for scores from before methods were recorded, "mixed" where its frames
+    differ), and ``unlike`` the passes whose versions were scored by different methods."""
     versions: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    methods: dict[str, dict[str, str | None]] = {}
     newest: dict[str, tuple[int, str]] = {}
     for row in queries.flicker_scores(engine, *shot):
         name, version = row["pass_name"], version_name(row["output_root"])
@@ -131,6 +135,9 @@ def qc_report(engine: Engine, shot: ShotKey, threshold: float) -> dict[str, Any]
             }
         )
         newest[name] = max(newest.get(name, (-1, "")), (row["job_id"], version))
+        seen = methods.setdefault(name, {})
+        method = row["flicker_method"]
+        seen[version] = method if seen.get(version, method) == method else "mixed"
     passes = {name: versions[name][version] for name, (_job, version) in newest.items()}
     flagged = [
         {"pass_name": name, "frame": s["frame"], "flicker": s["flicker"]}
@@ -145,6 +152,8 @@ def qc_report(engine: Engine, shot: ShotKey, threshold: float) -> dict[str, Any]
         "threshold": threshold,
         "passes": passes,
         "versions": versions,
+        "methods": methods,
+        "unlike": sorted(n for n, by in methods.items() if len(set(by.values())) > 1),
         "flagged": flagged,
     }
 

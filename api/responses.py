@@ -90,6 +90,14 @@ class QcReport(BaseModel):
         description="pass -> version (its output folder's name, e.g. sapiens2_v002) -> scores: "
         "a stabilised version beside the per-frame one it was made from"
     )
+    methods: dict[str, dict[str, str | None]] = Field(
+        description="pass -> version -> the QC method its scores were made by (null: before "
+        "methods were recorded, when QC compared each pass where the pixels are; 'mixed': its "
+        "frames differ). Scores of two methods are not on one scale"
+    )
+    unlike: list[str] = Field(
+        description="the passes whose versions were scored by different methods"
+    )
     flagged: list[FlaggedFrame]
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import SvfxError
 from publish.run import publish_completed
+from schemas.catalog import queries
 from schemas.catalog.errors import CatalogUnavailable
 from schemas.catalog.lease import end_run, start_run
 from schemas.catalog.writer import Catalog
@@ -38,7 +39,7 @@ from storage.zarr_store import create_shot_store
 from tasks.colour import working_space_for
 from tasks.finalize import FinalizeJob, finalize_shot
 from tasks.provenance import platform_version
-from tasks.temporal_qc import QcJob, flagged_frames, qc_passes, shot_flicker
+from tasks.temporal_qc import METHOD, QcJob, flagged_frames, qc_passes, shot_flicker
 
 from .chunk_dispatch import dispatch, failed_chunk
 from .job_recording import ChunkRecorder, Heartbeat, close_after
@@ -170,7 +171,9 @@ def _run(
 
     finished = sorted(result.done + result.skipped + result.adopted)
     if finished:
-        qc = _start_qc(plan, client, finished) if result.done and client else None
+        qc = None
+        if client is not None and _qc_due(plan, catalog, job_id, result):
+            qc = _start_qc(plan, client, finished)
         result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
         if qc is not None:
             _record_qc(plan, catalog, job_id, qc, result)
@@ -264,6 +267,15 @@ def _finalize(
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _qc_due(plan: ShotPlan, catalog: Catalog, job_id: int, result: ShotResult) -> bool:
+    """The shot's QC runs when the run made frames, or when some frame of the version has no
+    score of this QC's method (an earlier QC's, or none): submitting a version again, with
+    nothing to remake, scores it anew."""
+    if result.done:
+        return True
+    return queries.unscored(catalog.engine, job_id, qc_passes(plan.spec.passes), METHOD)
+
+
 def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:
     """The flicker scores of every finished frame, on a worker (they read the store and the
     plate), beside the shot-level files; None when the shot has no dense pass to score."""
@@ -288,7 +300,7 @@ def _record_qc(
         flicker = future.result()
         frames = {f for scores in flicker.values() for f in scores}
         uris = {f: (plan.paths.exr(f), plan.paths.zarr) for f in frames}
-        catalog.record_flicker(job_id, flicker, uris)
+        catalog.record_flicker(job_id, flicker, uris, METHOD)
     except CatalogUnavailable:
         raise
     except Exception as exc:

@@ -70,6 +70,11 @@ QC_FLOW = FlowSettings(max_side=PROXY_SIDE)  # flow between proxies, at their ow
 TRUSTED = 0.5  # round-trip confidence from which a pixel's motion is followed
 BACKGROUND = 0  # seg class 0 is the background
 LABEL_PASSES = frozenset(p.name for p in PASSES if p.qc == "labels")  # held as class indices
+# How the scores are made, recorded beside each one (``outputs.flicker_method``): scores of two
+# methods are not on one scale, so the shot page says when the versions it draws differ. A new
+# name whenever the scoring changes. Scores recorded before methods were (NULL) compared each
+# pass where the pixels are, not along the motion.
+METHOD = "follows-motion"
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
 
 

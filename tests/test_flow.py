@@ -19,12 +19,13 @@ import numpy as np
 import OpenEXR
 import pytest
 from distributed import Client, LocalCluster
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from schemas.catalog import open_catalog, queries
 from schemas.catalog.models import JobFrame, Output
 from storage.pose_json import read_pose_json
 from storage.zarr_store import open_shot_store
+from tasks.temporal_qc import METHOD
 from tests.nuke_parse import parse, tcl_unliteral
 from tests.shot_helpers import make_plate, settings_for, spec_data
 
@@ -108,10 +109,17 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     assert all(s["flicker"] > 0 and s["preview_id"] is not None for s in scores)
     assert set(result["flagged"]) <= {"normal", "pointmap", "albedo", "matte", "seg"}
 
+    assert {s["flicker_method"] for s in scores} == {METHOD}
+    with catalog.engine.begin() as conn:  # as if an earlier QC had scored the version
+        conn.execute(update(Output).values(flicker_method=None))
+
     again = process_shot(spec, local.scheduler_address)
     assert again["status"] == "complete"
     assert again["done"] == [] and len(again["skipped"]) == 12
     assert again["chunks"] == 0 and again["model_s"] == 0  # no model work at all
+    rescored = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")
+    assert {(s["pass_name"], s["frame"]) for s in rescored} == scored  # its QC ran again
+    assert {s["flicker_method"] for s in rescored} == {METHOD}
     assert {_sha(str(p)) for p in exrs} == {next(iter(by_file[str(p)])) for p in exrs}
 
 

@@ -23,6 +23,7 @@ from bench.temporal_qc import (
 from schemas.catalog import queries
 from schemas.passes import BY_NAME, PASSES
 from tasks.temporal_qc import (
+    METHOD,
     QcJob,
     flagged_frames,
     follow_motion,
@@ -125,7 +126,7 @@ def test_scores_recorded_beside_outputs_listed_flagged_and_drawn(filled: Filled)
     flicker = {"normal": {f: 1.0 for f in done}, "seg": {f: 0.9 for f in done}}
     flicker["normal"][1005] = 7.5
     uris = {f: (exr_uri(spec, f),) for f in done}
-    filled.catalog.record_flicker(job, flicker, uris)
+    filled.catalog.record_flicker(job, flicker, uris, METHOD)
 
     outputs = queries.outputs_page(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)[0]
     scored = {(o["pass_name"], o["frame"]): o["flicker"] for o in outputs}
@@ -164,10 +165,68 @@ def test_a_remade_output_loses_its_score_until_scored_again(filled: Filled) -> N
 
     spec = filled.specs[A]
     job = filled.jobs[A]
-    filled.catalog.record_flicker(job, {"normal": {1001: 9.0}}, {1001: (exr_uri(spec, 1001),)})
+    filled.catalog.record_flicker(
+        job, {"normal": {1001: 9.0}}, {1001: (exr_uri(spec, 1001),)}, METHOD
+    )
     filled.catalog.record_chunk(job, make_chunk(spec, [1001], output_sha_salt="remade"))
     outputs = queries.outputs_page(filled.catalog.engine, *A.split("/"), kind="exr", limit=100)[0]
     assert {o["flicker"] for o in outputs if o["frame"] == 1001} == {None}
+
+
+def test_versions_scored_by_different_qc_methods_are_said_not_to_be_on_one_scale(
+    filled: Filled,
+) -> None:
+    from sqlalchemy import update
+
+    from schemas.catalog import models as m
+    from tests.catalog_fixtures import make_chunk, make_plate, make_spec
+
+    engine = filled.catalog.engine
+    v001 = filled.jobs[A]
+    done = [1001, 1003, 1004, 1005, 1006, 1008]
+    scores = {"normal": {f: 1.0 for f in done}}
+    uris = {f: (exr_uri(filled.specs[A], f),) for f in done}
+    assert queries.unscored(engine, v001, ["normal"], METHOD)  # never scored
+    filled.catalog.record_flicker(v001, scores, uris, METHOD)
+    assert not queries.unscored(engine, v001, ["normal"], METHOD)
+    assert queries.unscored(engine, v001, ["normal"], "another-method")
+    assert queries.unscored(engine, v001, ["normal", "seg"], METHOD)  # seg has no score yet
+    first = "unknown"  # the fixture's job recorded no output folder to name its version by
+    qc = filled.client.get(f"/api/shots/{A}/qc").json()
+    assert qc["unlike"] == [] and qc["methods"] == {"normal": {first: METHOD}}
+
+    # v002 of the shot scored now, v001's scores from before methods were recorded
+    spec = make_spec(filled.root, "sh0010", version="v002")
+    folder = f"{spec.output_root}/{spec.shot}/{spec.version}"
+    v002 = filled.catalog.register_job(
+        spec, make_plate(spec, range(1001, 1005)), "flow-run-c", output_root=folder
+    )
+    filled.catalog.record_chunk(v002, make_chunk(spec, range(1001, 1005)))
+    filled.catalog.finish_job(v002, "complete")
+    frames = range(1001, 1005)
+    filled.catalog.record_flicker(
+        v002, {"normal": dict.fromkeys(frames, 1.0)}, {f: (exr_uri(spec, f),) for f in frames},
+        METHOD,
+    )  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(update(m.Output).where(m.Output.job_id == v001).values(flicker_method=None))
+    qc = filled.client.get(f"/api/shots/{A}/qc").json()
+    assert qc["methods"] == {"normal": {first: None, "v002": METHOD}}
+    assert qc["unlike"] == ["normal"]
+    assert queries.unscored(engine, v001, ["normal"], METHOD)  # submitting it again rescores
+    assert not queries.unscored(engine, v002, ["normal"], METHOD)
+    page = filled.client.get(f"/shots/{A}").text
+    normal = dict(re.findall(r'<section class="qc" id="qc-(\w+)">(.*?)</section>', page, re.S))
+    assert "Not on one scale" in normal["normal"]
+    assert f"v002: {METHOD}" in normal["normal"] and f"{first}: an earlier QC" in normal["normal"]
+
+    with engine.begin() as conn:  # one version's frames scored by two methods
+        conn.execute(
+            update(m.Output).where(m.Output.job_id == v001, m.Output.frame == 1001)
+            .values(flicker_method=METHOD)
+        )  # fmt: skip
+    qc = filled.client.get(f"/api/shots/{A}/qc").json()
+    assert qc["methods"]["normal"][first] == "mixed" and qc["unlike"] == ["normal"]
 
 
 def test_the_page_says_when_there_are_no_scores(filled: Filled) -> None:

@@ -252,6 +252,7 @@ def _upsert_outputs(
                     "provenance_id": provenance_id,
                     "created_at": now,
                     "flicker": None,  # a remade output is unscored until the shot's QC
+                    "flicker_method": None,
                 }
             )
     rows = dedupe(rows, _OUTPUT_KEY)

@@ -240,6 +240,9 @@ class Output(Base):
     # Temporal QC (tasks/temporal_qc.py): the frame's flicker score for this pass, set on the
     # EXR and Zarr rows once the shot's frames are in; NULL until scored or when recomputed.
     flicker: Mapped[float | None] = mapped_column(Float)
+    # how that score was made (tasks.temporal_qc.METHOD); NULL for scores recorded before
+    # methods were, which compared each pass where the pixels are
+    flicker_method: Mapped[str | None] = mapped_column(String(32))
 
 
 class OutputCheckpoint(Base):

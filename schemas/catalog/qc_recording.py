@@ -19,9 +19,11 @@ class QcRecording(CatalogTransactions):
         job_id: int,
         flicker: Mapping[str, Mapping[int, float]],
         uris: Mapping[int, Iterable[str]],
+        method: str,
     ) -> int:
         """Set the temporal QC score of each (pass, frame) on that frame's outputs among
-        ``uris`` (its EXR and the shot's Zarr store) in the job's shot; returns the rows set."""
+        ``uris`` (its EXR and the shot's Zarr store) in the job's shot, with the ``method``
+        that made it (``tasks.temporal_qc.METHOD``); returns the rows set."""
         rows = [
             {"p": name, "f": frame, "u": normalise_uri(uri), "score": float(score)}
             for name, scores in flicker.items()
@@ -41,7 +43,7 @@ class QcRecording(CatalogTransactions):
                     OUTPUTS.c.frame == bindparam("f"),
                     OUTPUTS.c.uri == bindparam("u"),
                 )
-                .values(flicker=bindparam("score"))
+                .values(flicker=bindparam("score"), flicker_method=method)
             )
             return int(conn.execute(stmt, rows).rowcount or 0)
 

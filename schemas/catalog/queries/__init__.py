@@ -21,7 +21,12 @@ from schemas.catalog.queries.publishes import (
     pending_publishes,
     publishes_page,
 )
-from schemas.catalog.queries.qc import DEFAULT_FLICKER_THRESHOLD, flagged_frames, flicker_scores
+from schemas.catalog.queries.qc import (
+    DEFAULT_FLICKER_THRESHOLD,
+    flagged_frames,
+    flicker_scores,
+    unscored,
+)
 from schemas.catalog.queries.shots import shot_exists, shot_plates, shots_page, show_names
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "shot_plates",
     "shots_page",
     "show_names",
+    "unscored",
     "untrained_jobs",
     "with_shot",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, func, or_, select
+from collections.abc import Iterable
+
+from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from schemas.catalog import models as m
 from schemas.catalog.queries.by_shot import with_shot
@@ -19,18 +21,12 @@ def flagged_frames(bind: Bind, job_ids: list[int], threshold: float) -> dict[int
     job made too); a job without a recorded folder, by its own outputs. Folders and URIs are
     stored normalised (``normalise_uri``), so a plain prefix comparison holds."""
     job, out = m.Job, m.Output
-    folder = job.output_root.concat("/")
-    in_folder = func.substr(out.uri, 1, func.length(folder)) == folder
-    mine = or_(
-        and_(job.output_root.is_not(None), in_folder),
-        and_(job.output_root.is_(None), out.job_id == job.id),  # recorded before folders were
-    )
     stmt = (
         select(job.id.label("job_id"), out.pass_name, out.frame, out.flicker)
         .distinct()  # one row per part of the EXR
         .select_from(job)
         .join(out, out.shot_id == job.shot_id)
-        .where(job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, mine)
+        .where(job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, _in_job_folder())
         .order_by(job.id, out.pass_name, out.frame)
     )
     found: dict[int, list[Item]] = {}
@@ -42,18 +38,54 @@ def flagged_frames(bind: Bind, job_ids: list[int], threshold: float) -> dict[int
     return found
 
 
+def unscored(bind: Bind, job_id: int, pass_names: Iterable[str], method: str) -> bool:
+    """Whether an EXR output of those passes in the job's output folder has no flicker score
+    made by ``method`` (none at all, or one of another method): its version's QC is to run
+    again, even where the run remade no frame."""
+    job, out = m.Job, m.Output
+    stmt = (
+        select(out.id)
+        .select_from(job)
+        .join(out, out.shot_id == job.shot_id)
+        .where(
+            job.id == job_id,
+            out.kind == "exr",
+            out.pass_name.in_(list(pass_names)),
+            or_(out.flicker.is_(None), out.flicker_method.is_distinct_from(method)),
+            _in_job_folder(),
+        )
+        .limit(1)
+    )
+    with reading(bind) as conn:
+        return conn.execute(stmt).first() is not None
+
+
+def _in_job_folder() -> ColumnElement[bool]:
+    """An output is the job's version's: in its output folder (a resubmit's frames made by an
+    earlier job too), or, for a job without a recorded folder, its own. Folders and URIs are
+    stored normalised (``normalise_uri``), so a plain prefix comparison holds."""
+    job, out = m.Job, m.Output
+    folder = job.output_root.concat("/")
+    in_folder = func.substr(out.uri, 1, func.length(folder)) == folder
+    return or_(
+        and_(job.output_root.is_not(None), in_folder),
+        and_(job.output_root.is_(None), out.job_id == job.id),  # recorded before folders were
+    )
+
+
 def flicker_scores(
     bind: Bind, show: str, sequence: str, shot: str, pass_name: str | None = None
 ) -> list[Item]:
     """The temporal QC score of each (pass, frame) of each version of the shot (its output
     folder; the newest scored EXR output there), with the id of the frame's newest preview
-    for a link (None without one). Keys: pass_name, frame, flicker, uri, job_id,
-    output_root, preview_id, preview_uri; by pass, version and frame."""
+    for a link (None without one). Keys: pass_name, frame, flicker, flicker_method, uri,
+    job_id, output_root, preview_id, preview_uri; by pass, version and frame."""
     in_version = newest_of_pass_frame(m.Job.output_root)
     cols = (
         m.Output.pass_name,
         m.Output.frame,
         m.Output.flicker,
+        m.Output.flicker_method,
         m.Output.uri,
         m.Output.job_id,
         m.Job.output_root,
@@ -82,6 +114,7 @@ def flicker_scores(
             s_.c.pass_name,
             s_.c.frame,
             s_.c.flicker,
+            s_.c.flicker_method,
             s_.c.uri,
             s_.c.job_id,
             s_.c.output_root,
