@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from core.errors import SvfxError
 from publish.run import publish_completed
 from schemas.catalog import queries
@@ -273,7 +275,12 @@ def _qc_due(plan: ShotPlan, catalog: Catalog, job_id: int, result: ShotResult) -
     nothing to remake, scores it anew."""
     if result.done:
         return True
-    return queries.unscored(catalog.engine, job_id, qc_passes(plan.spec.passes), METHOD)
+    try:
+        return queries.unscored(catalog.engine, job_id, qc_passes(plan.spec.passes), METHOD)
+    except SQLAlchemyError as exc:  # scores are advice; the job's own records say if it is down
+        log.warning("temporal QC not run: could not read whether job %s's scores are current "
+                    "(%s: %s)", job_id, type(exc).__name__, exc)  # fmt: skip
+        return False
 
 
 def _start_qc(plan: ShotPlan, client: Client, frames: list[int]) -> Any:

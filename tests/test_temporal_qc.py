@@ -232,3 +232,25 @@ def test_versions_scored_by_different_qc_methods_are_said_not_to_be_on_one_scale
 def test_the_page_says_when_there_are_no_scores(filled: Filled) -> None:
     page = filled.client.get(f"/shots/{A}").text
     assert "No flicker scores yet" in page
+
+
+def test_a_catalog_that_cannot_say_whether_scores_are_current_skips_qc_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from sqlalchemy.exc import OperationalError
+
+    from flows import shot_runner
+
+    def down(*_args: object) -> bool:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(shot_runner.queries, "unscored", down)
+    plan = SimpleNamespace(spec=SimpleNamespace(passes=("normal",)))
+    catalog = SimpleNamespace(engine=None)
+    nothing_done = SimpleNamespace(done=[])
+    assert shot_runner._qc_due(plan, catalog, 7, nothing_done) is False  # type: ignore[arg-type]
+    assert "temporal QC not run" in caplog.text and "job 7" in caplog.text
+    made_frames = SimpleNamespace(done=[1001])
+    assert shot_runner._qc_due(plan, catalog, 7, made_frames) is True  # type: ignore[arg-type]
