@@ -11,6 +11,7 @@ Weights are UNTRAINED (random, built once): speed does not depend on them.
 
     python -m bench.shot                                   # 200 frames, 1920x1080, tiny
     python -m bench.shot --frames 48 --size 4096x2160 --model-size 0.1b
+    python -m bench.shot --frames 4 --chunk-frames 2 --model-size 0.1b --precision fp32
     python -m bench.shot --default-allocator               # workers with Dask's malloc settings
 """
 
@@ -130,6 +131,9 @@ def _tenths(values: list[float]) -> list[list[float]]:
     return [values[i : i + size] for i in range(0, size * (len(values) // size), size)][:10]
 
 
+WARM_SIZE = (256, 192)  # width, height: one tile of the tiny stand-ins' native input
+
+
 def run(
     frames: int,
     size: tuple[int, int],
@@ -138,6 +142,7 @@ def run(
     home: Path,
     precision: str = "auto",
     batch_size: int = 4,
+    chunk_frames: int = 8,
 ) -> dict:
     from flows.cluster import dask_client
     from flows.demo import DEMO_COLORSPACE, write_demo_plate
@@ -158,7 +163,7 @@ def run(
             "colorspace": DEMO_COLORSPACE,
             "model_size": model_size,
             "output_root": str(home / "out"),
-            "chunk_frames": 8,
+            "chunk_frames": chunk_frames,
             "review_clips": False,
             "precision": precision,
             "batch_size": batch_size,
@@ -166,8 +171,11 @@ def run(
     )
     catalog = open_catalog(settings.catalog)
     with dask_client(settings) as client:
-        # warm the workers (imports, model load) on a one-frame shot, outside the timing
-        warm = parse_spec({**spec.model_dump(mode="json"), "shot": "warm", "frames": "1001"})
+        # warm every worker (imports, model load) outside the timing: a small plate of one
+        # single-frame chunk per worker, so that a large model's frame costs seconds here
+        warm_plate = write_demo_plate(home / "warm", workers, *WARM_SIZE)
+        warm = {**spec.model_dump(mode="json"), "plate": warm_plate, "shot": "warm"}
+        warm = parse_spec({**warm, "chunk_frames": 1, "frames": None})
         run_planned_shot(plan_shot(warm, settings), catalog, client)
         start = time.perf_counter()
         with RssSampler(client) as sampler:
@@ -183,6 +191,7 @@ def run(
         "precision": {"asked": precision, "ran": result.precisions},
         "compile": os.environ.get("SVFX_COMPILE", "0"),
         "batch_size": batch_size,
+        "chunk_frames": chunk_frames,
         "status": result.status,
         "wall_s": round(wall, 2),
         "frames_per_s": round(frames / wall, 3),
@@ -204,6 +213,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--precision", default="auto", help="auto|fp32|bf16|fp16, as `svfx submit`")
     p.add_argument("--batch-size", type=int, default=4, help="the models' sub-batch, as submit")
+    p.add_argument(
+        "--chunk-frames",
+        type=int,
+        default=8,
+        help="frames per chunk, as submit: a shot of fewer chunks than workers leaves some idle",
+    )
     p.add_argument(
         "--compile", action="store_true", help="workers compile their models (SVFX_COMPILE=1)"
     )
@@ -230,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             Path(tmp),
             args.precision,
             args.batch_size,
+            args.chunk_frames,
         )
         print(json.dumps(out))
 
