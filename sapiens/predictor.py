@@ -5,10 +5,11 @@ it follows the task the model was made for (its ``ModelInfo``).
 
 Input: float RGB in [0, 1] in the model's encoding, any H and W. Each pass is prepared as
 upstream prepares it (letterbox for normal/pointmap/albedo, stretch for segmentation and
-matting), run in sub-batches of `batch_size` (halved when the device runs out of memory),
-post-processed on the device and brought back to the input size. `predict_batch` keeps
-everything on the device, channels first (what the platform's workers use); `predict` takes
-and returns numpy, channels last:
+matting), run in sub-batches of `batch_size` (halved when the device runs out of memory; on
+a CPU at most `CPU_PIXELS_PER_CALL` of input per call, see `sub_batch`), post-processed on the
+device and brought back to the input size. `predict_batch` keeps everything on the device,
+channels first (what the platform's workers use); `predict` takes and returns numpy, channels
+last:
 
   normal   (B, H, W, 3)  unit vectors, camera space (OpenCV axes: +x right, +y down, +z fwd)
   albedo   (B, H, W, 3)  in [0, 1], model encoding (convert back to scene-linear downstream)
@@ -43,7 +44,25 @@ from .preprocess import letterbox, normalize, pad_to_multiple, restore, stretch,
 
 # Sapiens2 letterboxes these tasks' inputs, stretches the others' (v1 stretches every one).
 LETTERBOXED = {NORMAL, ALBEDO, POINTMAP}
+# On a CPU one 1024x768 input already fills the cores' matrix units, and a larger batch only
+# adds memory. Measured on a 2-core Xeon with AMX, bf16, one thread per worker: Sapiens2-0.1b
+# seg at 1024x768, 6.2 s per image at batch 1 against 7.2 at batch 4 (fp32 11.9 against 13.2;
+# `python -m bench.model --sizes 0.1b --task seg --batch N --threads 1 --no-reference`); a
+# 1080p shot of every pass at 0.1b through the flow 368 s against 399, its workers' peak
+# memory 5.3 GB against 11.1 (`python -m bench.shot --frames 4 --chunk-frames 2 --model-size
+# 0.1b --batch-size N`); 0.4b's backbone 6.41 s per image at batch 1 against 8.08 at 2. The
+# tiny stand-ins' 256x192 inputs do gain from batching (the same shot at 1080p: 0.183 frames/s
+# at 4 against 0.161 at 1), and stay at `batch_size`.
+CPU_PIXELS_PER_CALL = 1024 * 768
 log = logging.getLogger(__name__)
+
+
+def sub_batch(batch_size: int, device: torch.device, input_hw: tuple[int, int]) -> int:
+    """How many inputs of ``input_hw`` one model call takes: ``batch_size``, and on a CPU no
+    more than make up `CPU_PIXELS_PER_CALL` (at least one)."""
+    if device.type != "cpu":
+        return batch_size
+    return max(1, min(batch_size, CPU_PIXELS_PER_CALL // (input_hw[0] * input_hw[1])))
 
 
 def channels_last_head(model: nn.Module) -> None:
@@ -151,7 +170,10 @@ class Predictor:
         if name not in self.models:
             raise ValueError(f"no model loaded for {name!r}; loaded: {list(self.models)}")
         shape = (name, *x01.shape[-2:])
-        size = min(self._fitting.get(shape, self.batch_size), self.batch_size)
+        info = self.infos[name]
+        called_hw = info.input_hw if info.task is not None else x01.shape[-2:]  # backbone: as is
+        first = sub_batch(self.batch_size, self.device, called_hw)
+        size = min(self._fitting.get(shape, first), first)
         parts: dict[str, list[Tensor]] = {}
         start = 0
         while start < x01.shape[0]:
@@ -246,7 +268,7 @@ class Predictor:
             img,
             boxes_xyxy,
             flip_test=flip_test,
-            batch_size=self.batch_size * 2,
+            batch_size=2 * sub_batch(self.batch_size, self.device, info.input_hw),
             input_hw=info.input_hw,
             num_keypoints=info.head.out_channels if info.head else 308,
         )

@@ -105,7 +105,12 @@ class ShotSpec(BaseModel):
     output_root: str | None = Field(None, description="output root (default SVFX_OUTPUT_ROOT)")
     version: str = Field("v001", description="output version, e.g. v002")
     chunk_frames: int = Field(8, ge=1, le=1000, description="frames per chunk (and Zarr shard)")
-    batch_size: int = Field(4, ge=1, le=256, description="tiles per model batch")
+    batch_size: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="tiles per model batch (on a CPU, at most a 1024x768 input's pixels a call)",
+    )
     precision: Precision = Field("auto", description="|".join(get_args(Precision)))
     max_people: int = Field(20, ge=1, le=200)
     nonfinite: Literal["error", "zero"] = Field(

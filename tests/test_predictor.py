@@ -46,6 +46,36 @@ def test_batching_does_not_change_results(predictor: sapiens.Predictor) -> None:
     np.testing.assert_allclose(together[2:], alone, atol=1e-5)
 
 
+class _Counting(torch.nn.Module):
+    """A model that records the batch of every call."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.info, self.batches = inner, inner.info, []
+
+    def forward(self, x: torch.Tensor):
+        self.batches.append(x.shape[0])
+        return self.inner(x)
+
+
+def test_on_a_cpu_a_call_holds_at_most_one_native_inputs_pixels() -> None:
+    """A model of native (1024x768) input runs one input per call on a CPU, whatever the
+    batch size; small inputs share a call up to the batch size; other devices keep it."""
+    native = _Counting(sapiens.build_model("tiny", "seg", input_hw=(1024, 768), seed=0))
+    small = _Counting(tiny("seg", seed=0))
+    predictor = sapiens.Predictor({"native": native, "small": small}, batch_size=4)
+    tiles = torch.rand((3, 3, 64, 48), generator=torch.Generator().manual_seed(0))
+    predictor.predict_batch(tiles, "native")
+    predictor.predict_batch(tiles, "small")
+    assert native.batches == [1, 1, 1]
+    assert small.batches == [3]
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert sapiens.predictor.sub_batch(4, cpu, (512, 384)) == 4
+    assert sapiens.predictor.sub_batch(8, cpu, (512, 384)) == 4
+    assert sapiens.predictor.sub_batch(8, cpu, (4096, 3072)) == 1
+    assert sapiens.predictor.sub_batch(8, cuda, (1024, 768)) == 8
+
+
 def test_focal_is_in_input_pixels(predictor: sapiens.Predictor) -> None:
     """The same picture at twice the size has twice the focal length in pixels."""
     small = np.random.default_rng(2).random((1, 128, 96, 3), dtype=np.float32)
