@@ -176,8 +176,10 @@ def run(
         warm_plate = write_demo_plate(home / "warm", workers, *WARM_SIZE)
         warm = {**spec.model_dump(mode="json"), "plate": warm_plate, "shot": "warm"}
         warm = parse_spec({**warm, "chunk_frames": 1, "frames": None})
+        warm_start = time.perf_counter()
         run_planned_shot(plan_shot(warm, settings), catalog, client)
         start = time.perf_counter()
+        warm_s = start - warm_start
         with RssSampler(client) as sampler:
             plan = plan_shot(spec, settings)
             result = run_planned_shot(plan, catalog, client)
@@ -189,10 +191,11 @@ def run(
         "model_size": model_size,
         "workers": workers,
         "precision": {"asked": precision, "ran": result.precisions},
-        "compile": os.environ.get("SVFX_COMPILE", "0"),
+        "compile": os.environ.get("SVFX_COMPILE", "auto"),
         "batch_size": batch_size,
         "chunk_frames": chunk_frames,
         "status": result.status,
+        "warm_up_s": round(warm_s, 2),  # model loads (and, with --compile, compiling)
         "wall_s": round(wall, 2),
         "frames_per_s": round(frames / wall, 3),
         "model_share_per_worker": {
@@ -219,8 +222,14 @@ def main(argv: list[str] | None = None) -> None:
         default=8,
         help="frames per chunk, as submit: a shot of fewer chunks than workers leaves some idle",
     )
-    p.add_argument(
-        "--compile", action="store_true", help="workers compile their models (SVFX_COMPILE=1)"
+    compiling = p.add_mutually_exclusive_group()
+    compiling.add_argument(
+        "--compile", action="store_true", help="workers compile every model (SVFX_COMPILE=1)"
+    )
+    compiling.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="workers compile no model (SVFX_COMPILE=0; by default CPU workers compile real ones)",
     )
     p.add_argument(
         "--default-allocator",
@@ -232,8 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         import flows.allocator
 
         flows.allocator.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
-    if args.compile:
-        os.environ["SVFX_COMPILE"] = "1"  # the workers' processes inherit it
+    if args.compile or args.no_compile:
+        os.environ["SVFX_COMPILE"] = "1" if args.compile else "0"  # the workers inherit it
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp

@@ -6,6 +6,7 @@ worker runs after the first finds its models already on the device.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 import torch
 
 from sapiens.loading import load_model
+from sapiens.model import model_info
 from sapiens.predictor import Predictor
 from schemas.passes import model_task
 from tasks.checkpoints import CheckpointRef
@@ -24,6 +26,8 @@ from tasks.precision import PrecisionChoice, choose_precision
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
 _PREDICTORS: dict[tuple, Predictor] = {}
+_SAID: set[str] = set()
+log = logging.getLogger("svfx.worker")
 
 
 def pick_device() -> torch.device:
@@ -70,8 +74,11 @@ def get_predictor(
                 model = load_model(
                     ref.path, device, dtype, sha256=ref.sha256, expect_task=model_task(name)
                 )
-                if compile_wanted():
-                    model = compile_for_worker(model, f"{name} ({ref.sha256[:12]})")
+                label = f"{name} ({ref.sha256[:12]})"
+                wanted, why = compile_wanted(device, model_info(model).input_hw)
+                if wanted:
+                    model = compile_for_worker(model, label)
+                _said_once(f"{label}: {'compiled' if wanted else 'not compiled'}: {why}")
                 _MODELS[model_key] = model
             models[name] = _MODELS[model_key]
         tasks = {name: model_task(name) for name in models}
@@ -80,6 +87,13 @@ def get_predictor(
         )
         _PREDICTORS[key] = predictor
         return predictor, time.perf_counter() - start
+
+
+def _said_once(line: str) -> None:
+    """A worker's log line said once per process (the caller holds ``_LOCK``)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        log.info("%s", line)
 
 
 def _limit_threads() -> None:

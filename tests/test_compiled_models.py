@@ -127,9 +127,47 @@ def test_the_cache_is_per_torch_version_under_svfx_home(monkeypatch, tmp_path: P
     assert compiled_models.compile_cache_dir() is None
 
 
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+NATIVE, STAND_IN = (1024, 768), (256, 192)
+
+
 @pytest.mark.parametrize(
-    ("value", "wanted"), [("1", True), ("on", True), ("0", False), ("", False)]
+    ("value", "device", "input_hw", "wanted"),
+    [
+        ("1", CUDA, STAND_IN, True),
+        ("on", CPU, STAND_IN, True),
+        ("0", CPU, NATIVE, False),
+        ("off", CPU, NATIVE, False),
+        ("maybe", CPU, NATIVE, False),
+        ("auto", CPU, NATIVE, True),
+        (None, CPU, (4096, 3072), True),
+        (None, CPU, STAND_IN, False),
+        (None, CUDA, NATIVE, False),
+    ],
 )
-def test_compile_is_opt_in(monkeypatch, value: str, wanted: bool) -> None:
-    monkeypatch.setenv(compiled_models.COMPILE_ENV, value)
-    assert compiled_models.compile_wanted() is wanted
+def test_compile_is_chosen_for_real_models_on_cpu_workers(
+    monkeypatch, value: str | None, device: torch.device, input_hw, wanted: bool
+) -> None:
+    """By default a CPU worker compiles a real model (one input shape per call there, and
+    1.3-1.4x measured) and not a tiny stand-in; SVFX_COMPILE forces either way."""
+    monkeypatch.setattr(compiled_models, "cpp_compiler", lambda: "/usr/bin/g++")
+    if value is None:
+        monkeypatch.delenv(compiled_models.COMPILE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(compiled_models.COMPILE_ENV, value)
+    chosen, why = compiled_models.compile_wanted(device, input_hw)
+    assert chosen is wanted
+    assert why  # every choice says why, for the worker's log
+    if value == "maybe":
+        assert "'maybe' is not 1, 0 or auto" in why
+
+
+def test_a_cpu_node_without_a_cpp_compiler_runs_real_models_uncompiled(monkeypatch) -> None:
+    monkeypatch.delenv(compiled_models.COMPILE_ENV, raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(compiled_models.shutil, "which", lambda name: None)
+    chosen, why = compiled_models.compile_wanted(CPU, NATIVE)
+    assert not chosen and "no C++ compiler" in why
+    monkeypatch.setenv("CXX", "icpx")
+    monkeypatch.setattr(compiled_models.shutil, "which", lambda name: f"/opt/bin/{name}")
+    assert compiled_models.cpp_compiler() == "/opt/bin/icpx"
