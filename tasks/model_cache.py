@@ -93,7 +93,7 @@ def _said_once(line: str) -> None:
     """A worker's log line said once per process (the caller holds ``_LOCK``)."""
     if line not in _SAID:
         _SAID.add(line)
-        log.info("%s", line)
+        log.warning("%s", line)  # as the precision line: shown at every log level
 
 
 def _limit_threads() -> None:
