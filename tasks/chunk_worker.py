@@ -46,7 +46,7 @@ from tasks.frame_motion import read_with_motion
 from tasks.frame_passes import MOTION
 from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
-from tasks.model_cache import get_predictor, worker_precision
+from tasks.model_cache import compile_note, get_predictor, worker_precision
 from tasks.node_threads import worker_exr_threads
 from tasks.plate_flow import DEFAULT_FLOW
 from tasks.provenance import chunk_context, environment
@@ -83,7 +83,12 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     context = chunk_context(
         job,
         colour,
-        environment(predictor.device, predictor.dtype, precision_reason(spec, predictor)),
+        environment(
+            predictor.device,
+            predictor.dtype,
+            precision_reason(spec, predictor),
+            compile_note(predictor, job.checkpoints),
+        ),
         {**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
     runner = _ChunkRunner(job, spec, predictor, colour, context)
@@ -140,6 +145,7 @@ class _ChunkRunner:
         self.predictor = predictor
         self.colour = colour
         self.precision_reason = str(context.environment.get("precision_reason", ""))
+        self.compiled = str(context.environment.get("compiled", ""))
         self.store = ShotStoreWriter(job.paths.at(job.paths.zarr))
         shas = [ref.sha256 for ref in job.checkpoints.values()]
         self.reader = FrameReader(
@@ -264,6 +270,8 @@ class _ChunkRunner:
         )
         provenance["svfx/precision"] = str(self.predictor.dtype).removeprefix("torch.")
         provenance["svfx/precisionReason"] = self.precision_reason
+        if self.compiled:
+            provenance["svfx/compiled"] = self.compiled
         if MOTION in self.spec.passes:
             flow = DEFAULT_FLOW
             provenance[f"svfx/{MOTION}"] = (

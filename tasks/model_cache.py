@@ -27,6 +27,9 @@ _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
 _PREDICTORS: dict[tuple, Predictor] = {}
 _SAID: set[str] = set()
+_COMPILED: dict[
+    tuple[str, str, str], str
+] = {}  # model key -> "compiled: why" / "not compiled: why"
 log = logging.getLogger("svfx.worker")
 
 
@@ -78,7 +81,8 @@ def get_predictor(
                 wanted, why = compile_wanted(device, model_info(model).input_hw)
                 if wanted:
                     model = compile_for_worker(model, label)
-                _said_once(f"{label}: {'compiled' if wanted else 'not compiled'}: {why}")
+                _COMPILED[model_key] = f"{'compiled' if wanted else 'not compiled'}: {why}"
+                _said_once(f"{label}: {_COMPILED[model_key]}")
                 _MODELS[model_key] = model
             models[name] = _MODELS[model_key]
         tasks = {name: model_task(name) for name in models}
@@ -87,6 +91,20 @@ def get_predictor(
         )
         _PREDICTORS[key] = predictor
         return predictor, time.perf_counter() - start
+
+
+def compile_note(predictor: Predictor, checkpoints: Mapping[str, CheckpointRef]) -> str:
+    """Which of the predictor's models this worker compiled, and why, for provenance:
+    ``normal, seg: compiled: auto: ...; pose: not compiled: ...`` (empty for a predictor
+    that did not come from `get_predictor`: benchmarks' stand-ins)."""
+    by_note: dict[str, list[str]] = {}
+    with _LOCK:
+        for name, ref in checkpoints.items():
+            key = (ref.sha256, str(predictor.device), str(predictor.dtype))
+            if key not in _COMPILED or predictor.models.get(name) is not _MODELS.get(key):
+                return ""  # not this worker's resident model
+            by_note.setdefault(_COMPILED[key], []).append(name)
+    return "; ".join(f"{', '.join(names)}: {note}" for note, names in by_note.items())
 
 
 def _said_once(line: str) -> None:

@@ -41,8 +41,11 @@ def chunk_context(
     )
 
 
-def environment(device: Any, dtype: Any, precision_reason: str = "") -> dict[str, Any]:
-    """The software and device a chunk ran on, the precision of its arithmetic and why."""
+def environment(
+    device: Any, dtype: Any, precision_reason: str = "", compiled: str = ""
+) -> dict[str, Any]:
+    """The software and device a chunk ran on, the precision of its arithmetic and why, and
+    which models ran compiled (`tasks.model_cache.compile_note`)."""
     import platform
 
     import torch
@@ -59,4 +62,5 @@ def environment(device: Any, dtype: Any, precision_reason: str = "") -> dict[str
         "device_name": name or platform.machine(),
         "precision": str(dtype).removeprefix("torch."),
         "precision_reason": precision_reason,
+        "compiled": compiled,
     }

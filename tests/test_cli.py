@@ -303,6 +303,11 @@ def test_submit_runs_the_shot(submitted):
         header = dict(exr.parts[0].header)
     assert header["svfx/precision"] == auto.name
     assert header["svfx/precisionReason"] == auto.reason
+    # and whether they ran compiled: the untrained stand-ins never are by default
+    assert header["svfx/compiled"].endswith(
+        "not compiled: auto: a 192x256 stand-in is not worth compiling"
+    )
+    assert {"normal", "matte"} <= set(header["svfx/compiled"].split(":")[0].split(", "))
 
 
 @pytest.mark.timeout(300)
