@@ -26,10 +26,8 @@ from tasks.precision import PrecisionChoice, choose_precision
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str, str], torch.nn.Module] = {}
 _PREDICTORS: dict[tuple, Predictor] = {}
-_SAID: set[str] = set()
-_COMPILED: dict[
-    tuple[str, str, str], str
-] = {}  # model key -> "compiled: why" / "not compiled: why"
+# model key -> "compiled: why" or "not compiled: why", for provenance (`compile_note`)
+_COMPILED: dict[tuple[str, str, str], str] = {}
 log = logging.getLogger("svfx.worker")
 
 
@@ -82,7 +80,8 @@ def get_predictor(
                 if wanted:
                     model = compile_for_worker(model, label)
                 _COMPILED[model_key] = f"{'compiled' if wanted else 'not compiled'}: {why}"
-                _said_once(f"{label}: {_COMPILED[model_key]}")
+                # once per model and process, at the precision line's level (always shown)
+                log.warning("%s: %s", label, _COMPILED[model_key])
                 _MODELS[model_key] = model
             models[name] = _MODELS[model_key]
         tasks = {name: model_task(name) for name in models}
@@ -105,13 +104,6 @@ def compile_note(predictor: Predictor, checkpoints: Mapping[str, CheckpointRef])
                 return ""  # not this worker's resident model
             by_note.setdefault(_COMPILED[key], []).append(name)
     return "; ".join(f"{', '.join(names)}: {note}" for note, names in by_note.items())
-
-
-def _said_once(line: str) -> None:
-    """A worker's log line said once per process (the caller holds ``_LOCK``)."""
-    if line not in _SAID:
-        _SAID.add(line)
-        log.warning("%s", line)  # as the precision line: shown at every log level
 
 
 def _limit_threads() -> None:
