@@ -2,7 +2,7 @@
 and never a crash because of it.
 
 ``SVFX_COMPILE`` unset (or ``auto``): a CPU worker compiles each model whose input is a real
-model's (at least 1024x768 pixels: the tiny stand-ins gain nothing worth their compile time)
+model's (at least 1024x768 pixels; the tiny stand-ins run eagerly)
 when the node has a C++ compiler; a GPU worker does not (not yet measured through the flow).
 ``1`` compiles every model, ``0`` none. On a CPU a model then sees one input shape only (one
 input per call: ``sapiens.predictor.sub_batch``), so it compiles once. Measured on a 2-core
