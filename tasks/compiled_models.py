@@ -55,7 +55,7 @@ def compile_wanted(device: torch.device, input_hw: tuple[int, int]) -> tuple[boo
     if device.type != "cpu":
         return False, f"auto: compiling is chosen on CPU workers only ({COMPILE_ENV}=1 forces it)"
     if input_hw[0] * input_hw[1] < CPU_COMPILE_MIN_PIXELS:
-        return False, f"auto: a {input_hw[1]}x{input_hw[0]} stand-in is not worth compiling"
+        return False, f"auto: a {input_hw[1]}x{input_hw[0]} (w x h) stand-in runs eagerly"
     compiler = cpp_compiler()
     if compiler is None:
         return False, "auto: no C++ compiler on this node (g++, c++ or clang++, or CXX)"

@@ -95,7 +95,7 @@ def test_models_stay_resident_and_a_rerun_rewrites_the_same_bytes(shot):
     assert first.model_s > 0 and first.environment["precision"] == auto.name
     assert first.environment["precision_reason"] == auto.reason
     compiled = first.environment["compiled"]  # every model named, with the choice and why
-    assert compiled.endswith(": not compiled: auto: a 192x256 stand-in is not worth compiling")
+    assert compiled.endswith(": not compiled: auto: a 192x256 (w x h) stand-in runs eagerly")
     before = {(o.uri, o.part, o.kind): o.sha256 for f in first.frames for o in f.outputs}
     after = {(o.uri, o.part, o.kind): o.sha256 for f in second.frames for o in f.outputs}
     exr_before = {k: v for k, v in before.items() if k[2] in ("exr", "zarr")}

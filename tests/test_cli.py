@@ -305,7 +305,7 @@ def test_submit_runs_the_shot(submitted):
     assert header["svfx/precisionReason"] == auto.reason
     # and whether they ran compiled: the untrained stand-ins never are by default
     assert header["svfx/compiled"].endswith(
-        "not compiled: auto: a 192x256 stand-in is not worth compiling"
+        "not compiled: auto: a 192x256 (w x h) stand-in runs eagerly"
     )
     assert {"normal", "matte"} <= set(header["svfx/compiled"].split(":")[0].split(", "))
 
