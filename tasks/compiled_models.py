@@ -2,8 +2,8 @@
 and never a crash because of it.
 
 ``SVFX_COMPILE`` unset (or ``auto``): a CPU worker compiles each model whose input is a real
-model's (at least 1024x768 pixels; the tiny stand-ins run eagerly)
-when the node has a C++ compiler; a GPU worker does not (not yet measured through the flow).
+model's (at least 1024x768 pixels; the tiny stand-ins run eagerly) when the node has a C++
+compiler; a GPU worker does not (not yet measured through the flow).
 ``1`` compiles every model, ``0`` none. On a CPU a model then sees one input shape only (one
 input per call: ``sapiens.predictor.sub_batch``), so it compiles once. Measured on a 2-core
 Xeon with AMX, bf16: a 1080p shot of every pass at Sapiens2-0.1b through the flow in 261.9 s
@@ -40,7 +40,6 @@ log = logging.getLogger("svfx.worker")
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
-CPU_COMPILE_MIN_PIXELS = CPU_PIXELS_PER_CALL
 
 
 def compile_wanted(device: torch.device, input_hw: tuple[int, int]) -> tuple[bool, str]:
@@ -54,7 +53,7 @@ def compile_wanted(device: torch.device, input_hw: tuple[int, int]) -> tuple[boo
         return False, f"{COMPILE_ENV}={value!r} is not 1, 0 or auto"
     if device.type != "cpu":
         return False, f"auto: compiling is chosen on CPU workers only ({COMPILE_ENV}=1 forces it)"
-    if input_hw[0] * input_hw[1] < CPU_COMPILE_MIN_PIXELS:
+    if input_hw[0] * input_hw[1] < CPU_PIXELS_PER_CALL:  # a stand-in's input
         return False, f"auto: a {input_hw[1]}x{input_hw[0]} (w x h) stand-in runs eagerly"
     compiler = cpp_compiler()
     if compiler is None:
