@@ -20,8 +20,13 @@ from tasks.temporal_fusion import (
     DEFAULT_FUSION,
     FusionSettings,
     TemporalStabiliser,
+    _chord,
     _RowUpsampler,
     lift_frame,
+    on_person,
+    sampling_grid,
+    warp_relative_depth,
+    warp_with_certainty,
 )
 
 SMALL = Scene(192, 108, 20)
@@ -67,12 +72,15 @@ def _stream(scene: Scene, indices, settings=DEFAULT_FUSION) -> dict[int, dict[st
 
 
 # What the moving test asserts, per pass: the error ratio on the person (stabilised / per
-# frame). The goal is 0.6; this short shot (no bad matte frame in it) meets it for seg
-# and pose only, and these bounds hold what was measured (bench.temporal has the full figures):
-# the matte's per-frame error is edge jitter of half a pixel, which the plate's flow does not
-# locate better than that at the silhouette.
-MOVING_BOUNDS = {"normal": 0.72, "pointmap": 0.75, "depth": 0.95, "albedo": 0.72, "matte": 1.02,
-                 "seg": 0.6, "pose": 0.6}  # fmt: skip
+# frame). The goal is 0.6; this short, small shot (no bad matte frame in it) meets it
+# for pointmap, seg and pose, and these bounds hold what was measured with a little margin
+# (bench.temporal has the full figures): the matte's per-frame error is edge jitter of half a
+# pixel, which the plate's flow does not locate better than that at the silhouette. Measured
+# 2026-11-27: normal 0.62, pointmap 0.56, depth 0.79, albedo 0.65, matte 0.92, seg 0.50,
+# pose 0.49; before samples had a certainty (``warp_with_certainty``) pointmap was 0.66,
+# depth 0.84, matte 0.98.
+MOVING_BOUNDS = {"normal": 0.66, "pointmap": 0.6, "depth": 0.82, "albedo": 0.68, "matte": 0.96,
+                 "seg": 0.54, "pose": 0.52}  # fmt: skip
 
 
 def test_a_moving_shot_loses_error_and_gains_none_at_boundaries():
@@ -307,6 +315,54 @@ def test_relative_depth_is_never_blended_with_the_background_it_stands_on(max_si
     assert len(out) == 8
     between = (values > -0.95) & (values < 0.4)
     assert not between.any(), values[between][:10]
+
+
+def test_a_sample_straddling_an_edge_of_its_frame_loses_its_weight_one_on_a_slope_keeps_it():
+    # normals of a crease (facing left | facing right at column 8) beside a gentle slope
+    # (rows 4..7), sampled 0.4 px to the right: on the slope the bilinear sample and the
+    # nearest pixel agree; the sample whose taps straddle the crease lies between two surfaces
+    # and is uncertain, the others are not
+    normals = torch.zeros(3, 8, 16)
+    normals[0, :4, :8], normals[0, :4, 8:] = -0.6, 0.6
+    normals[2, :4] = -0.8
+    tilt = torch.linspace(-0.2, 0.2, 16)
+    normals[0, 4:], normals[2, 4:] = tilt, -(1 - tilt**2).sqrt()
+    flow = torch.zeros(8, 16, 2)
+    flow[..., 0] = 0.4
+    sample, certainty = warp_with_certainty(normals, sampling_grid(flow), _chord, 0.18)
+
+    assert certainty[1, 7] < 0.05  # 0.6 of the left face, 0.4 of the right: a chord of 0.48
+    assert (certainty[1, :7] == 1).all() and (certainty[1, 8:] == 1).all()
+    assert (certainty[4:] > 0.99).all()  # the slope
+    assert torch.allclose(sample[:, 4:, :15], 0.6 * normals[:, 4:, :15] + 0.4 * normals[:, 4:, 1:])
+
+
+def test_relative_depth_is_interpolated_on_the_person_and_uncertain_at_its_silhouette():
+    # a ramp on the person (columns 4..11) and -1 beside it, sampled 0.4 px to the right:
+    # inside, 0.6 of a pixel plus 0.4 of the next (nearest sampling would be 0.04 off); a
+    # sample whose taps straddle the silhouette takes the side most of it is on, with little
+    # certainty (|2 x 0.6 - 1| = 0.2); off the person -1, certain
+    ramp = torch.full((1, 3, 16), -1.0)
+    ramp[0, :, 4:12] = torch.arange(8, dtype=torch.float32) * 0.1
+    flow = torch.zeros(3, 16, 2)
+    flow[..., 0] = 0.4
+    depth, certainty = warp_relative_depth(on_person(ramp), sampling_grid(flow))
+
+    row, weight = depth[0, 1], certainty[1]
+    assert torch.allclose(row[4:11], torch.arange(7) * 0.1 + 0.04, atol=1e-6)
+    assert row[3] == -1 and weight[3] == pytest.approx(0.2, abs=1e-5)  # 0.6 of -1, 0.4 of 0.0
+    assert row[11] == pytest.approx(0.7) and weight[11] == pytest.approx(
+        0.2, abs=1e-5
+    )  # 0.6 of 0.7
+    assert (row[:3] == -1).all() and (row[12:] == -1).all()
+    assert torch.allclose(weight[[0, 1, 2, 5, 8, 12, 15]], torch.ones(7))
+
+
+def test_a_non_finite_relative_depth_gives_a_sample_without_weight_not_the_background():
+    depth = torch.full((1, 4, 8), 0.5)
+    depth[0, :, 3] = float("nan")
+    warped, _ = warp_relative_depth(on_person(depth), sampling_grid(torch.zeros(4, 8, 2)))
+    assert torch.isnan(warped[0, :, 3]).all() and (warped[0, :, [0, 6]] == 0.5).all()
 
 
 def test_a_plate_too_small_for_flow_comes_back_unchanged():
