@@ -66,15 +66,19 @@ QC_PASSES = tuple(p.name for p in PASSES if p.qc is not None)
 PROXY_SIDE = 256
 EPS = 0.002
 MIN_REGION = 0.005  # share of the proxy below which the person region is taken as absent
-QC_FLOW = FlowSettings(max_side=PROXY_SIDE)  # flow between proxies, at their own size
+# flow between proxies, estimated at their own size (``FlowSettings.finest_side``: DIS's
+# preset alone would stop at half of it, 128 pixels, where a moving figure's edges are a
+# pixel or two off and the motion itself scores as flicker)
+QC_FLOW = FlowSettings(max_side=PROXY_SIDE)
 TRUSTED = 0.5  # round-trip confidence from which a pixel's motion is followed
 BACKGROUND = 0  # seg class 0 is the background
 LABEL_PASSES = frozenset(p.name for p in PASSES if p.qc == "labels")  # held as class indices
 # How the scores are made, recorded beside each one (``outputs.flicker_method``): scores of two
 # methods are not on one scale, so the shot page says when the versions it draws differ. A new
 # name whenever the scoring changes. Scores recorded before methods were (NULL) compared each
-# pass where the pixels are, not along the motion.
-METHOD = "follows-motion"
+# pass where the pixels are, not along the motion; "follows-motion" (2026-11-27) followed a
+# flow estimated at half the proxies' size, "follows-motion-256" at their own 256 pixels.
+METHOD = "follows-motion-256"
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
 
 

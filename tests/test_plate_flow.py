@@ -7,7 +7,14 @@ import cv2
 import numpy as np
 import pytest
 
-from tasks.plate_flow import FlowSettings, can_flow, flow_image, pair_motion, to_plate
+from tasks.plate_flow import (
+    FlowSettings,
+    can_flow,
+    finest_scale,
+    flow_image,
+    pair_motion,
+    to_plate,
+)
 
 
 def _texture(h: int, w: int, seed: int, blur: float = 2.0) -> np.ndarray:
@@ -29,6 +36,30 @@ def test_a_known_shift_is_recovered_at_plate_scale():
     assert vectors.shape == (360, 640, 2)
     assert np.median(vectors[40:-40, 40:-40], axis=(0, 1)) == pytest.approx([6.0, 3.0], abs=0.2)
     assert np.median(motion.confidence_a[inner]) > 0.8
+
+
+def test_a_small_plate_is_estimated_at_its_own_size_not_half_of_it():
+    # a 16-pixel object moving 3 px on a still background, in a 192x108 plate: DIS's medium
+    # preset alone stops at half the image (96x54), where the object is 8 pixels and its motion
+    # is smeared into the background's (measured: 2.1 px of the 3); at the plate's own size it
+    # comes back
+    background, thing = _texture(108, 192, 0, 1.5), _texture(16, 16, 1, 1.0)
+
+    def frame(x: int) -> np.ndarray:
+        out = background.copy()
+        out[46:62, x : x + 16] = thing
+        return out
+
+    inside = (slice(49, 59), slice(83, 93))  # the object's middle, where it is in frame b
+    for finest_side, low, high in ((512, 2.9, 3.1), (None, 1.5, 2.5)):
+        settings = FlowSettings(finest_side=finest_side)
+        a, b = flow_image(frame(80), settings), flow_image(frame(83), settings)
+        motion = pair_motion(a, b, settings)
+        assert low < np.median(motion.forward[inside][..., 0]) < high, finest_side
+    # the level: the preset's where that is still 512 pixels long, finer below
+    assert finest_scale((540, 1024), 1, 512) == 1 and finest_scale((576, 1000), 1, 512) == 0
+    assert finest_scale((108, 192), 2, 512) == 0 and finest_scale((2160, 4096), 1, 512) == 1
+    assert finest_scale((108, 192), 1, None) == 1
 
 
 def test_confidence_falls_where_a_pixel_is_hidden_in_the_other_frame():

@@ -73,14 +73,16 @@ def _stream(scene: Scene, indices, settings=DEFAULT_FUSION) -> dict[int, dict[st
 
 # What the moving test asserts, per pass: the error ratio on the person (stabilised / per
 # frame). The goal is 0.6; this short, small shot (no bad matte frame in it) meets it
-# for pointmap, seg and pose, and these bounds hold what was measured with a little margin
-# (bench.temporal has the full figures): the matte's per-frame error is edge jitter of half a
-# pixel, which the plate's flow does not locate better than that at the silhouette. Measured
-# 2026-11-27: normal 0.62, pointmap 0.56, depth 0.79, albedo 0.65, matte 0.92, seg 0.50,
-# pose 0.49; before samples had a certainty (``warp_with_certainty``) pointmap was 0.66,
-# depth 0.84, matte 0.98.
-MOVING_BOUNDS = {"normal": 0.66, "pointmap": 0.6, "depth": 0.82, "albedo": 0.68, "matte": 0.96,
-                 "seg": 0.54, "pose": 0.52}  # fmt: skip
+# for every pass but depth and matte, and these bounds hold what was measured with a little
+# margin (bench.temporal has the full figures): the matte's per-frame error is edge jitter of
+# half a pixel, which the plate's flow does not locate better than that at the silhouette.
+# Measured 2026-11-27: normal 0.57, pointmap 0.52, depth 0.73, albedo 0.60, matte 0.89, seg
+# 0.41, pose 0.49. Each bound fails on the code before one of that day's changes: samples
+# without certainty (``warp_with_certainty``; pointmap 0.66, depth 0.84, matte 0.98) or flow
+# estimated at half this plate's size (``FlowSettings.finest_side``; normal 0.62, pointmap 0.56,
+# depth 0.79, albedo 0.65, matte 0.92, seg 0.50).
+MOVING_BOUNDS = {"normal": 0.6, "pointmap": 0.55, "depth": 0.76, "albedo": 0.63, "matte": 0.915,
+                 "seg": 0.44, "pose": 0.52}  # fmt: skip
 
 
 def test_a_moving_shot_loses_error_and_gains_none_at_boundaries():
