@@ -3,10 +3,11 @@
 `svfx stabilize SHOT --version v001` (and `--temporal stabilize` on submit, once the
 per-frame run is over) asks here for the spec of the new version: the source version's own
 spec (so the same plate, frames, checkpoints and layout), with ``temporal`` "stabilize",
-``source_version`` and the version it is written to. That version is the one a stabilisation
-of the same source with the same settings already has (so a run killed half way resumes into
-it), else the next version number free for the shot (in the catalog and on disk): never the
-source's, never over another.
+``source_version``, the fusion's method (``tasks.temporal_fusion.METHOD``) and the version it
+is written to. That version is the one a stabilisation of the same source with the same
+settings and method already has (so a run killed half way resumes into it), else the next
+version number free for the shot (in the catalog and on disk): never the source's, never over
+another (so a version made by an earlier method stays as it was, and a new one goes beside).
 
 Refused by name, before anything runs: a source version the catalog does not know, one that
 is not complete (running, partial, failed: stabilised frames would fuse holes), one of under
@@ -27,6 +28,7 @@ from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec, split_shot_path
 from storage.uri import is_remote
 from tasks.output_paths import ShotOutputPaths
+from tasks.temporal_fusion import METHOD as FUSION_METHOD
 
 MIN_FRAMES = 3  # a frame and a neighbour on each side
 
@@ -67,6 +69,7 @@ def stabilised_spec(
         **settings_of,
         "temporal": "stabilize",
         "source_version": source_version,
+        "fusion_method": FUSION_METHOD,
     }
     version = _version_for(jobs, wanted, settings, spec)
     return parse_spec({**wanted, "version": version})
@@ -119,7 +122,7 @@ def _version_for(
     jobs: list[dict[str, Any]], wanted: dict[str, Any], settings: Settings, spec: ShotSpec
 ) -> str:
     """The version a stabilisation with these settings already writes, else the next free."""
-    same = ("source_version", "temporal_radius", "passes")
+    same = ("source_version", "temporal_radius", "passes", "fusion_method")
     for job in jobs:
         made = job["spec"]
         if made.get("source_version") and all(made.get(k) == wanted[k] for k in same):

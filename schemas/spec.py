@@ -141,6 +141,12 @@ class ShotSpec(BaseModel):
         description="the per-frame version a stabilised version is made from (set by "
         "`svfx stabilize` and by --temporal stabilize; the models are not run again)",
     )
+    fusion_method: str | None = Field(
+        None,
+        description="how a stabilised version's passes are fused (set with source_version, "
+        "from the platform's current method): a version stabilised by another method is "
+        "another version",
+    )
     previews: bool = Field(True, description="previews per frame and pass")
     review_clips: bool = Field(True, description="review clips (mp4) per pass")
     submitter: str = Field(default_factory=getpass.getuser)
@@ -169,6 +175,8 @@ class ShotSpec(BaseModel):
 
     @model_validator(mode="after")
     def _stabilised_from_another_version(self) -> ShotSpec:
+        if self.fusion_method is not None and self.source_version is None:
+            raise ValueError("fusion_method is only for a stabilised version")
         if self.source_version is not None:
             if self.temporal != "stabilize":
                 raise ValueError("source_version is only for a stabilised version")
@@ -300,6 +308,8 @@ class ShotSpec(BaseModel):
                 "source_version": self.source_version,
                 "radius": self.temporal_radius,
             }
+            if self.fusion_method is not None:  # only then: earlier versions' keys stay valid
+                relevant["temporal"]["method"] = self.fusion_method
         text = json.dumps(relevant, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

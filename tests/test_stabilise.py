@@ -14,14 +14,17 @@ from pathlib import Path
 import numpy as np
 import OpenEXR
 import pytest
+from sqlalchemy import update
 
 from flows.planning import plan_shot
 from flows.shot_runner import run_planned_shot
 from flows.stabilise import NothingToStabilise, stabilised_spec
 from schemas.catalog import open_catalog, queries
+from schemas.catalog.models import Job
 from schemas.spec import SpecError, parse_spec
 from storage.cryptomatte import class_ids
 from tasks.checkpoints import seg_class_names
+from tasks.temporal_fusion import METHOD as FUSION_METHOD
 from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
 
 pytestmark = pytest.mark.timeout(600)
@@ -123,6 +126,27 @@ def test_a_killed_stabilisation_resumes_the_frames_it_lost(shot, client):
     # alone in its chunk now, with two frames of context each side: the same frame
     after = _channels(str(lost))
     assert all(np.array_equal(before[name], after[name]) for name in before)
+
+
+def test_a_version_stabilised_by_an_earlier_method_stays_and_a_new_one_goes_beside(shot):
+    # v002 as a version made before the fusion's method was recorded: same source, radius and
+    # passes, but its frames were fused otherwise, so it is neither resumed nor written over
+    _home, settings, catalog, spec, plan, _per_frame, _stable = shot
+    assert plan.spec.fusion_method == FUSION_METHOD
+    jobs, _total = queries.jobs_page(catalog.engine, shot=spec.shot, limit=100)
+    recorded = {j["id"]: j["spec"] for j in jobs if j["spec"].get("version") == "v002"}
+    earlier = {k: v for k, v in next(iter(recorded.values())).items() if k != "fusion_method"}
+    try:
+        with catalog.engine.begin() as conn:
+            conn.execute(update(Job).where(Job.id.in_(recorded)).values(spec=earlier))
+        again = stabilised_spec(catalog, settings, spec.shot_path, "v001")
+        assert again.version == "v003" and again.fusion_method == FUSION_METHOD
+        # its frames' cache keys differ too: nothing of v002 would be taken as done
+        assert parse_spec(earlier).settings_digest() != again.settings_digest()
+    finally:
+        with catalog.engine.begin() as conn:
+            for job_id, made in recorded.items():
+                conn.execute(update(Job).where(Job.id == job_id).values(spec=made))
 
 
 @pytest.mark.parametrize(
