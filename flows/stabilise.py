@@ -28,7 +28,6 @@ from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec, split_shot_path
 from storage.uri import is_remote
 from tasks.output_paths import ShotOutputPaths
-from tasks.temporal_fusion import METHOD as FUSION_METHOD
 
 MIN_FRAMES = 3  # a frame and a neighbour on each side
 
@@ -63,6 +62,10 @@ def stabilised_spec(
             f"{'it' if len(missing) == 1 else 'them'} needs the per-frame passes (submit "
             f"{source_version} again with them first)"
         )
+    # here, past every refusal: the fusion's module brings torch, and a refusal answers in a
+    # second before any heavy import (tests/test_cli_trust.py)
+    from tasks.temporal_fusion import METHOD as FUSION_METHOD
+
     settings_of = {"passes": list(asked), "temporal_radius": radius or spec.temporal_radius}
     wanted = {
         **spec.model_dump(mode="json"),
