@@ -70,7 +70,7 @@ def get_predictor(
         start = time.perf_counter()
         models = {}
         for name, ref in checkpoints.items():
-            model_key = (ref.sha256, str(device), str(dtype))
+            model_key = _model_key(ref, device, dtype)
             if model_key not in _MODELS:
                 model = load_model(
                     ref.path, device, dtype, sha256=ref.sha256, expect_task=model_task(name)
@@ -92,6 +92,14 @@ def get_predictor(
         return predictor, time.perf_counter() - start
 
 
+def _model_key(
+    ref: CheckpointRef, device: torch.device, dtype: torch.dtype
+) -> tuple[str, str, str]:
+    """A resident model's key in ``_MODELS`` and ``_COMPILED``: one per checkpoint, device and
+    dtype."""
+    return ref.sha256, str(device), str(dtype)
+
+
 def compile_note(predictor: Predictor, checkpoints: Mapping[str, CheckpointRef]) -> str:
     """Which of the predictor's models this worker compiled, and why, for provenance:
     ``normal, seg: compiled: auto: ...; pose: not compiled: ...`` (empty for a predictor
@@ -99,7 +107,7 @@ def compile_note(predictor: Predictor, checkpoints: Mapping[str, CheckpointRef])
     by_note: dict[str, list[str]] = {}
     with _LOCK:
         for name, ref in checkpoints.items():
-            key = (ref.sha256, str(predictor.device), str(predictor.dtype))
+            key = _model_key(ref, predictor.device, predictor.dtype)
             if key not in _COMPILED or predictor.models.get(name) is not _MODELS.get(key):
                 return ""  # not this worker's resident model
             by_note.setdefault(_COMPILED[key], []).append(name)

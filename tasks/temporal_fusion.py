@@ -855,16 +855,14 @@ class _Band:
             if rule == "share":
                 pair = neighbour.frame.on_person(name, self.full)
                 sample, certainty = warp_relative_depth(pair, grid)
-                samples.append(sample)
-                weights.append(base * certainty)
-                continue
-            values = self.source(neighbour, name)
-            if channels is not None:
-                values = values[channels]
-            if rule == "nearest":
-                sample, certainty = warp_with_certainty(values, grid, _DISTANCE[kind], scale)
             else:
-                sample, certainty = _warp(values, grid, "bilinear"), None
+                values = self.source(neighbour, name)
+                if channels is not None:
+                    values = values[channels]
+                if rule == "nearest":
+                    sample, certainty = warp_with_certainty(values, grid, _DISTANCE[kind], scale)
+                else:
+                    sample, certainty = _warp(values, grid, "bilinear"), None
             samples.append(sample)
             weights.append(base if certainty is None else base * certainty)
         return samples, weights
