@@ -315,12 +315,11 @@ def model(scene: Scene, index: int, truth: Truth) -> tuple[dict[str, np.ndarray]
     matte = np.clip(edge_moved + smooth_field(rng, 1, h, w, 0.02), 0.0, 1.0)
     passes["matte"] = matte * (0.6 if "matte" in bad else 1.0)
 
-    # relative depth over the person the model itself found (its matte), as Sapiens v1's is
     relative = np.where(t["depth"] >= 0, t["depth"], 1.0)  # outside: as far as the person
     relative = relative + rng.normal(0.0, 0.03) + smooth_field(rng, 1, h, w, 0.03)
     if "depth" in bad:
         relative = 0.6 * relative + 0.3
-    passes["depth"] = np.where(matte >= 0.5, relative, -1.0)
+    passes["depth"] = relative  # masked below, once the person is found
 
     logits = 5.0 * np.log(t["seg"] + 0.02)
     logits[7:] = -8.0
@@ -333,6 +332,9 @@ def model(scene: Scene, index: int, truth: Truth) -> tuple[dict[str, np.ndarray]
         a, b = SWAPS[index]
         probabilities[[a, b]] = probabilities[[b, a]]
     passes["seg"] = probabilities
+    # relative depth over the person the model itself found, as the platform's is
+    # (``frame_passes.relative_depth`` on the first of ``PERSON_MASK_FROM``: seg, when it runs)
+    passes["depth"] = np.where(probabilities[0] <= 0.5, relative, -1.0)
     passes = {name: np.ascontiguousarray(v, dtype=np.float32) for name, v in passes.items()}
 
     people = truth.keypoints.copy()
