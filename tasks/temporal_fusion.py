@@ -137,8 +137,10 @@ KINDS = ("unit_vectors", "points", "relative_depth", "colour", "alpha", "labels"
 # a run resumed after an upgrade does not mix two methods' frames in one version. A new name
 # whenever the fused values change. Versions from before methods were recorded (none in their
 # spec) sampled relative depth at the nearest pixel, gave no sample a certainty, and
-# estimated a flow image under 1024 pixels at half its size.
-METHOD = "certain-samples"
+# estimated a flow image under 1024 pixels at half its size; "certain-samples" fused where the
+# person is and relative depth there in one weighting, without the slope certainty
+# (``_Band.fuse_relative_depth``).
+METHOD = "depth-apart"
 _EPS = 1e-6  # the centre's weight that always remains: where every weight vanished, it stands
 _TINY = 1e-12
 # the robustness term's smallest exponent: exp(-30) is 1e-13, already nothing, and results

@@ -401,4 +401,3 @@ def test_a_plate_too_small_for_flow_comes_back_unchanged():
     assert [r.frame for r in out] == list(range(1001, 1006))
     for result, matte in zip(out, pushed, strict=True):
         assert torch.equal(result.passes["matte"], matte) and result.forward is None
-
