@@ -54,14 +54,18 @@ The rule per kind of values (``schemas.passes.Values``):
 Neighbours are sampled bilinearly; relative depth bilinearly among the pixels on the person
 only, and -1 where most of a sample's taps are off it (``warp_relative_depth``): it is -1 off
 the person, so a plain bilinear sample at the silhouette would be neither the person's depth
-nor the background (a mix such as -0.25). Its certainty is |2 x share on the person - 1|
-(normalised convolution's): a sample straddling its frame's silhouette is unsure on both counts,
-which side and which value (the fringe of a per-frame mask). The bilinear-against-nearest
-certainty would put every such sample at 0 (the two differ by a whole unit there) and leave
-the silhouette to the centre alone: 0.80 against 0.76 on the 384x216 shot. With these and its
-robustness scale at 0.15 in place of 0.06 (``FusionSettings``), relative depth's person ratio
-went from 0.63 to 0.59 at 1536x864 (fused at 384x216) and from 0.81 to 0.76 at 384x216;
-nearest sampling, used before, moved the depth by up to half a pixel's slope.
+nor the background (a mix such as -0.25). Where the person is and its depth there are fused
+apart (``_Band.fuse_relative_depth``): the person by every sample's vote, weighted by its share
+certainty |2 x share on the person - 1| (normalised convolution's: a sample straddling its
+frame's silhouette is unsure which side it is on); the depth by the samples on the person,
+weighted also by their slope certainty (how far the sample lies from its nearest pixel's depth:
+on the person's rim the depth runs to the background's within a pixel or two, and a sample
+there is as far off as the flow is). The bilinear-against-nearest certainty of the other kinds
+would put every silhouette sample at 0 (the two differ by a whole unit there) and leave the
+silhouette to the centre alone. With these and its robustness scale at 0.15 in place of 0.06
+(``FusionSettings``), relative depth's person ratio on ``bench.temporal``'s 384x216 shot went
+from 0.81 (nearest sampling, one weighting, the person as the model's matte found it) to 0.675;
+with the person as seg found it (as the platform makes the pass, and the bench since), 0.59.
 
 Flow to neighbours two or more frames away is the composition of the adjacent flows (their
 confidences multiplied along the path), at flow resolution: one DIS pair per frame, and a
@@ -852,7 +856,8 @@ class _Band:
     ) -> tuple[list[Tensor], list[Tensor]]:
         """Each neighbour's pass (``channels`` of it) warped to the centre, and the weights of
         all the samples, the centre's first: each neighbour's base weight times its sample's
-        certainty (``warp_with_certainty``, ``warp_relative_depth``)."""
+        certainty (``warp_with_certainty``; relative depth has its own,
+        ``fuse_relative_depth``)."""
         samples, weights = [], [self.base[0]]
         scale, rule = self.settings.scale(kind), _CERTAINTY[kind]
         for neighbour, grid, base in zip(self.neighbours, self.grids, self.base[1:], strict=True):
@@ -933,8 +938,9 @@ class _Band:
 
 
 # How a neighbour's sample's certainty is found, per kind (see the module): its bilinear value
-# against the nearest pixel's (``warp_with_certainty``), the share of its taps on the person
-# (``warp_relative_depth``), or none. None for colour and labels: on bench.temporal's 384x216
+# against the nearest pixel's (``warp_with_certainty``), the share of its taps on the person and
+# its slope (``warp_relative_depth``, in ``_Band.fuse_relative_depth``), or none. None for
+# colour and labels: on bench.temporal's 384x216
 # shot it moved their person ratios by 0.00 and 0.01, for a second warp of 3 and 29 channels
 # (the 2048x1080 cost bench went from 1.68 to 1.93 core-s a frame with them).
 _CERTAINTY: dict[str, str | None] = {
