@@ -379,6 +379,33 @@ def test_a_relative_depth_sample_on_a_steep_rim_is_uncertain_one_on_a_gentle_slo
     assert (certainty[:, :11] == 1).all()  # every tap on the person: which side is sure
 
 
+@pytest.mark.parametrize("max_side", [96, 24], ids=["plate", "reduced"])
+def test_where_the_person_is_follows_the_frames_vote_and_its_depth_the_frames_on_it(max_side):
+    # a still figure (depth 0.5 +- 0.02) whose per-frame mask, in one frame, misses a block of
+    # it and takes in a block of the background: the fused frame has the figure's depth where
+    # the other frames had it (not -1, not a blend with -1), and -1 where only it saw a person
+    rng = np.random.default_rng(2)
+    texture = cv2.GaussianBlur(rng.random((64, 96), dtype=np.float32), (0, 0), 2.0)
+    plate = np.repeat(0.2 + 0.6 * texture[..., None], 3, axis=-1)
+    settings = replace(DEFAULT_FUSION, max_side=max_side)
+    stabiliser = TemporalStabiliser({"depth": "relative_depth"}, (64, 96), "cpu", settings)
+    inside = np.zeros((64, 96), bool)
+    inside[16:48, 20:60] = True
+    out = []
+    for index in range(7):
+        depth = np.where(inside, 0.5 + 0.02 * rng.standard_normal((64, 96)), -1.0)
+        if index == 3:
+            depth[30:34, 38:42] = -1.0  # missed
+            depth[4:8, 70:74] = 0.5  # taken in
+        tensors = {"depth": torch.from_numpy(depth.astype(np.float32))[None]}
+        out += stabiliser.push(1001 + index, plate, tensors)
+    out += stabiliser.flush()
+
+    fused = next(r for r in out if r.frame == 1004).passes["depth"][0]
+    assert (fused[30:34, 38:42] - 0.5).abs().max() < 0.05
+    assert (fused[4:8, 70:74] == -1).all()
+
+
 def test_a_non_finite_relative_depth_gives_a_sample_without_weight_not_the_background():
     depth = torch.full((1, 4, 8), 0.5)
     depth[0, :, 3] = float("nan")
