@@ -31,8 +31,8 @@ Weights. Each sample's weight is the product of
   silhouette, it took the person ratios of pointmap from 0.62 to 0.54, normal 0.63 -> 0.61,
   matte 0.65 -> 0.63, seg 0.39 -> 0.37 (albedo 0.51 either way): pointmap's error within those
   2 pixels had been 1.14 times the per-frame one, as a sample straddling a silhouette mixes the
-  person's depth with the background's. Colour and labels go without (``_CERTAINTY``: no gain
-  worth a second warp of their channels);
+  person's depth with the background's. Colour and labels go without (``_NEAREST_CERTAINTY``:
+  no gain worth a second warp of their channels);
 - a robustness term, exp(-r^2 / 2 s^2) of the sample's distance r to the current estimate,
   iterated (a reweighted mean, ``iterations`` times) from the plain weighted mean: a bad frame,
   the centre included, a swapped label, a sample warped across a motion boundary the flow
@@ -859,12 +859,12 @@ class _Band:
         certainty (``warp_with_certainty``; relative depth has its own,
         ``fuse_relative_depth``)."""
         samples, weights = [], [self.base[0]]
-        scale, rule = self.settings.scale(kind), _CERTAINTY[kind]
+        scale, certain = self.settings.scale(kind), kind in _NEAREST_CERTAINTY
         for neighbour, grid, base in zip(self.neighbours, self.grids, self.base[1:], strict=True):
             values = self.source(neighbour, name)
             if channels is not None:
                 values = values[channels]
-            if rule == "nearest":
+            if certain:
                 sample, certainty = warp_with_certainty(values, grid, _DISTANCE[kind], scale)
             else:
                 sample, certainty = _warp(values, grid, "bilinear"), None
@@ -937,20 +937,13 @@ class _Band:
         return torch.where(usable, points, here)
 
 
-# How a neighbour's sample's certainty is found, per kind (see the module): its bilinear value
-# against the nearest pixel's (``warp_with_certainty``), the share of its taps on the person and
-# its slope (``warp_relative_depth``, in ``_Band.fuse_relative_depth``), or none. None for
-# colour and labels: on bench.temporal's 384x216
+# The kinds whose neighbours' samples get a certainty from their bilinear value against the
+# nearest pixel's (``warp_with_certainty``; see the module). Relative depth has its own, the
+# share of its taps on the person and its slope (``warp_relative_depth``, in
+# ``_Band.fuse_relative_depth``). Colour and labels go without: on bench.temporal's 384x216
 # shot it moved their person ratios by 0.00 and 0.01, for a second warp of 3 and 29 channels
 # (the 2048x1080 cost bench went from 1.68 to 1.93 core-s a frame with them).
-_CERTAINTY: dict[str, str | None] = {
-    "unit_vectors": "nearest",
-    "points": "nearest",
-    "relative_depth": "share",
-    "colour": None,
-    "alpha": "nearest",
-    "labels": None,
-}
+_NEAREST_CERTAINTY = frozenset({"unit_vectors", "points", "alpha"})
 # relative depth is -1 off the person and within 0..1 on it (``bench.temporal``'s noisy model
 # strays below 0): a value above this is on the person
 _OFF_PERSON = -0.5
@@ -1010,7 +1003,7 @@ def warp_relative_depth(pair: Tensor, grid: Tensor) -> tuple[Tensor, Tensor, Ten
     depth = warped[0:1].div_(share.clamp_min(_TINY))
     depth = torch.where(on, depth, torch.full_like(depth, -1.0))
     nearest = _warp(pair, grid, "nearest")
-    both = on.logical_and_(nearest[1:2] > 0.5)
+    both = on & (nearest[1:2] > 0.5)
     step = torch.where(both, depth - nearest[0:1], torch.zeros_like(depth))[0]
     exponent = step.square_().mul_(-0.5 / _DEPTH_STEP**2).clamp_(min=_FLOOR)
     steadiness = torch.nan_to_num_(exponent.exp_(), 0.0, 0.0, 0.0)
