@@ -1,17 +1,19 @@
 """Small shots for the worker, flow and CLI tests: the demo plate at a small size, specs,
-settings under a temporary SVFX_HOME, and tiny untrained checkpoints."""
+settings under a temporary SVFX_HOME, and tiny untrained checkpoints. Dask is imported only by
+``local_client``: the CUDA checks use the rest on a GPU node, which the GPU kit gives no Dask."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from distributed import Client, LocalCluster
+from typing import TYPE_CHECKING, Any
 
 from flows.demo import DEMO_COLORSPACE, write_demo_plate
 from schemas.passes import zarr_arrays
 from schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 SMALL = (320, 180)  # w, h: two tiny-model tiles across, one down
 
@@ -91,6 +93,8 @@ def settings_for(home: Path, **extra: Any) -> Settings:
 def local_client(workers: int = 2) -> Iterator[Client]:
     """A LocalCluster of worker processes (one thread each, no dashboard) and its client,
     for a module-scoped fixture: ``client = pytest.fixture(scope="module")(local_client)``."""
+    from distributed import Client, LocalCluster
+
     with (
         LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
