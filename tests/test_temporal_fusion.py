@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from bench.temporal import quality, run_shot
 from bench.temporal_scene import PASS_KINDS, Scene, model, render
 from tasks.temporal_fusion import (
+    _DISTANCE,
     DEFAULT_FUSION,
     FusionSettings,
     TemporalStabiliser,
@@ -24,6 +25,7 @@ from tasks.temporal_fusion import (
     _RowUpsampler,
     lift_frame,
     on_person,
+    robust_mean,
     sampling_grid,
     warp_relative_depth,
     warp_with_certainty,
@@ -263,6 +265,48 @@ def test_the_reduced_fusion_stabilises_a_moving_shot_like_the_plate_size_one():
         assert row["person_ratio"] <= exact[name]["person_ratio"] + 0.02, name
         if "boundary_ratio" in row:
             assert row["boundary_ratio"] <= exact[name]["boundary_ratio"] + 0.02, name
+
+
+def _from_the_gathered_medoid(kind, samples, weights, scale):
+    """One round of the robust mean the straightforward way: each pixel's medoid gathered from
+    the samples (each pair's distance taken earlier sample first, as the fusion's medoid
+    does), then every sample's distance to it and the reweighted mean."""
+    distance, count = _DISTANCE[kind], len(samples)
+    costs = [torch.zeros_like(weights[0]) for _ in range(count)]
+    for i in range(count):
+        for j in range(i + 1, count):
+            d = distance(samples[i], samples[j])
+            costs[i] += d * weights[j]
+            costs[j] += d * weights[i]
+    medoid, least = samples[0], costs[0]
+    for j in range(1, count):
+        better = (costs[j] < least) & (weights[j] > 0)
+        medoid = torch.where(better, samples[j], medoid)
+        least = torch.where(better, costs[j], least)
+    robust = [w * torch.exp(-0.5 * (distance(x, medoid) / scale) ** 2) for x, w in
+              zip(samples, weights, strict=True)]  # fmt: skip
+    total = sum(robust) + 1e-6
+    mean = (samples[0] * (robust[0] + 1e-6) + sum(x * w for x, w in zip(samples[1:], robust[1:],
+            strict=True))) / total  # fmt: skip
+    return mean
+
+
+@pytest.mark.parametrize("kind", ["points", "labels", "unit_vectors"])
+def test_the_robust_mean_starts_from_each_pixels_medoid_whichever_way_its_distance_runs(kind):
+    # points' distance is relative to its second sample (|x - m| / |m|): samples of scales a
+    # hundred apart make the medoid's distances differ either way round
+    g = torch.Generator().manual_seed(3)
+    scales = [1.0, 100.0, 0.5, 30.0, 2.0]
+    samples = [torch.rand(3, 9, 11, generator=g) * scale for scale in scales]
+    if kind == "labels":
+        samples = [x / x.sum(dim=0) for x in samples]
+    weights = [torch.rand(9, 11, generator=g) for _ in samples]
+    weights[3][:4] = 0.0  # an untrusted sample is never the medoid
+    fused = robust_mean(kind, samples, weights, scale=0.5, iterations=0)
+    expected = _from_the_gathered_medoid(kind, samples, weights, 0.5)
+    if kind == "unit_vectors":
+        expected = expected / _chord(expected, torch.zeros_like(expected))
+    torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_the_row_upsampler_is_bilinear_interpolation():
