@@ -393,6 +393,16 @@ def flow_check(scene: Scene, flow: FlowSettings) -> dict[str, float]:
     return out
 
 
+def _fusion_sizes(plate_hw: tuple[int, int], settings: FusionSettings) -> str:
+    """``WxH`` the passes are fused at, and the class probabilities' where that differs."""
+
+    def size(kind: str) -> str:
+        return "x".join(map(str, reduced_size(plate_hw, settings.side(kind))[::-1]))
+
+    others, labels = size("colour"), size("labels")
+    return others if labels == others else f"{others} (seg {labels})"
+
+
 def _table(report: dict[str, Any]) -> str:
     lines = [f"shot {report['size']}, {report['frames']} frames, radius {report['radius']}, "
              f"fused at {report['fusion_size']}, "
@@ -508,7 +518,7 @@ def main(argv: list[str] | None = None) -> None:
         "size": f"{width}x{height}",
         "frames": args.frames,
         "radius": args.radius,
-        "fusion_size": "x".join(map(str, reduced_size((height, width), args.fusion_side)[::-1])),
+        "fusion_size": _fusion_sizes((height, width), settings),
         "direct_flow": args.direct_flow,
         "device": args.device,
         "threads": args.threads,

@@ -93,6 +93,16 @@ plate's size (``fuse_pixels``): the neighbours' plate-size passes warped by the 
 at each pixel, by the same rule. With every pixel counted an edge the result is the
 plate-size fusion (tested). A plate no larger than ``max_side`` is fused at its own size.
 
+Seg's class probabilities (29 of the 40 channels, half the cost at 4K) are fused at half that
+side again (``FusionSettings.label_reduction``: 512x270 for a 4096x2160 plate, with the other
+passes at 1024x540; each size its own group, ``TemporalStabiliser.groups``, with its own
+samples, edges and plate-size pixels; the flow is shared). A label swapped over a region is
+what their fusion removes, and their boundaries are fused at the plate's size either way. On
+``bench.temporal``'s 1536x864 shot fused at 384x216, seg at 192x108 (an 8x reduction, a 4K
+plate's at 512) kept its ratios (person 0.19, boundary 0.31; worst frame's fall 25.5 against
+26.2, 2026-11-27), and the 4K cost fell from 3.42 to 3.03 core-s a frame on a 2-core Intel
+Xeon (run in turn; 2.0% of the pixels then fused at the plate's size against 1.6%).
+
 Cost, on this project's 2-core CPU, one torch thread, six passes (``python -m bench.temporal
 --size 4096x2160 --frames 24 --cost-only``, as the platform's workers run): 1.9 core-s per
 4096x2160 frame (1.8 over 12 frames), about 1.6% of its pixels fused at the plate's size; it
@@ -143,8 +153,9 @@ KINDS = ("unit_vectors", "points", "relative_depth", "colour", "alpha", "labels"
 # spec) sampled relative depth at the nearest pixel, gave no sample a certainty, and
 # estimated a flow image under 1024 pixels at half its size; "certain-samples" fused where the
 # person is and relative depth there in one weighting, without the slope certainty
-# (``_Band.fuse_relative_depth``).
-METHOD = "depth-apart"
+# (``_Band.fuse_relative_depth``); "depth-apart" fused class probabilities at the size of the
+# other passes (``FusionSettings.label_reduction``).
+METHOD = "labels-half-side"
 _EPS = 1e-6  # the centre's weight that always remains: where every weight vanished, it stands
 _TINY = 1e-12
 # the robustness term's smallest exponent: exp(-30) is 1e-13, already nothing, and results
@@ -167,7 +178,8 @@ _LABEL_TOLERANCE = 2e-3
 @dataclass(frozen=True)
 class FusionSettings:
     """How passes are fused (see the module). ``radius``: frames each side; ``max_side``: the
-    long side of the resolution the fusion runs at (the plate's, when smaller); ``edge``: how
+    long side of the resolution the fusion runs at (the plate's, when smaller), that side over
+    ``label_reduction`` for class probabilities (see the module); ``edge``: how
     far (in robustness scales) a pass may change from one fused pixel to the next before the
     pixels there are fused at the plate's size instead (``edge_blocks``); ``direct_flow``:
     flow to frames two or more away by DIS between them, not composed. ``temporal_sigma``:
@@ -178,6 +190,7 @@ class FusionSettings:
 
     radius: int = 2
     max_side: int = 1024
+    label_reduction: int = 2
     edge: float = 2.0
     direct_flow: bool = False
     temporal_sigma: float = 2.0
@@ -205,6 +218,14 @@ class FusionSettings:
             raise ValueError("iterations must be >= 0 and temporal_sigma > 0")
         if self.max_side < 1:
             raise ValueError(f"max_side must be at least 1, got {self.max_side}")
+        if self.label_reduction < 1:
+            raise ValueError(f"label_reduction must be at least 1, got {self.label_reduction}")
+
+    def side(self, kind: str) -> int:
+        """The long side a kind of values is fused at (the plate's, when smaller)."""
+        if kind == "labels":
+            return max(1, self.max_side // self.label_reduction)
+        return self.max_side
 
     def scale(self, kind: str) -> float:
         return float(getattr(self, kind))
@@ -231,9 +252,10 @@ class StabilisedFrame:
 
 @dataclass
 class _Fused:
-    """A frame's fusion, until the frame is returned: its passes fused at the plate's size
-    (``pixels`` None), or at the reduced size, with ``exact``, the (C, N) values of the plate
-    pixels ``pixels`` fused at the plate's size."""
+    """The fusion of a frame's passes of one size (``TemporalStabiliser.groups``), until the
+    frame is returned: fused at the plate's size (``pixels`` None), or at the reduced size,
+    with ``exact``, the (C, N) values of the plate pixels ``pixels`` fused at the plate's
+    size."""
 
     passes: dict[str, Tensor]
     pixels: Tensor | None = None
@@ -244,7 +266,7 @@ class _Fused:
 class _Frame:
     frame: int
     passes: dict[str, Tensor]  # at the plate's size
-    reduced: dict[str, Tensor]  # at the fusion's size (``passes`` itself when that is the same)
+    reduced: dict[str, Tensor]  # each at its fusion size (the pushed tensor when the plate's)
     nonfinite: frozenset[str]
     image: np.ndarray  # the flow image (small: at most FlowSettings.max_side)
     # flow resolution, on the device: to the next / previous frame and its confidence
@@ -252,7 +274,7 @@ class _Frame:
     forward_confidence: Tensor | None = None
     backward: Tensor | None = None
     backward_confidence: Tensor | None = None
-    fused: _Fused | None = None
+    fused: list[_Fused] | None = None  # one per group of passes fused at one size
     # relative depth as its neighbours warp it (``on_person``), per (pass, plate size): made
     # once, not for every band and centre (a 4K plane is 8.8 million pixels)
     prepared: dict[tuple[str, bool], Tensor] = field(default_factory=dict)
@@ -275,6 +297,26 @@ class _Neighbour:
     kernel: float  # the temporal kernel's weight at this distance
 
 
+@dataclass
+class _Link:
+    """A neighbour of the centre at flow resolution: what ``_Neighbour`` is made of at each
+    fusion size."""
+
+    frame: _Frame
+    distance: int
+    flow: Tensor
+    confidence: Tensor
+    kernel: float
+
+    def at_size(self, hw: tuple[int, int], device: torch.device) -> _Neighbour:
+        weight = confidence_to_plate(self.confidence, hw, device)
+        grid = sampling_grid(to_plate(self.flow, hw, device))
+        return _Neighbour(
+            self.frame, self.distance, grid, weight * self.kernel, self.flow, self.confidence,
+            self.kernel,
+        )  # fmt: skip
+
+
 class TemporalStabiliser:
     """Streams a shot's frames in, stabilised frames out (see the module).
 
@@ -294,7 +336,12 @@ class TemporalStabiliser:
             raise ValueError(f"no fusion rule for {unknown}; kinds: {', '.join(KINDS)}")
         self.kinds = dict(kinds)
         self.plate_hw = (int(plate_hw[0]), int(plate_hw[1]))
-        self.fusion_hw = reduced_size(self.plate_hw, settings.max_side)
+        # the passes fused at each size: (size, names), the plate's size for a plate no larger
+        sizes: dict[tuple[int, int], list[str]] = {}
+        for name, kind in self.kinds.items():
+            sizes.setdefault(reduced_size(self.plate_hw, settings.side(kind)), []).append(name)
+        self.groups = [(hw, tuple(names)) for hw, names in sizes.items()]
+        self._size_of = {name: hw for hw, names in self.groups for name in names}
         self.device = torch.device(device)
         self.settings = settings
         self.flow = flow
@@ -306,8 +353,9 @@ class TemporalStabiliser:
         # a cut or a hole, and for the first): what a keypoint smoother beside it is told
         self.joined = False
         self._direct: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor, Tensor] | None] = {}
-        # of the pixels of the frames fused so far, how many were fused at the plate's size
-        # (all of them when the fusion runs at that size): what the reduction saved
+        # of the pixels of the frames fused so far (each group's counted), how many were fused
+        # at the plate's size (all of them when the fusion runs at that size): what the
+        # reduction saved
         self.pixels_fused = 0
         self.pixels_at_plate_size = 0
 
@@ -324,12 +372,12 @@ class TemporalStabiliser:
         self._check(frame, passes)
         image = flow_image(plate_rgb, self.flow)
         full = {name: passes[name].contiguous() for name in self.kinds}
-        reduced = full
-        if self.fusion_hw != self.plate_hw:
-            reduced = {
-                name: reduce_pass(values, self.fusion_hw, self.kinds[name])
-                for name, values in full.items()
-            }
+        reduced = {
+            name: values
+            if self._size_of[name] == self.plate_hw
+            else reduce_pass(values, self._size_of[name], self.kinds[name])
+            for name, values in full.items()
+        }
         # a mean over a non-finite pixel is not finite: the reduced pass tells, in a sixteenth
         # of the time at a 4x reduction
         nonfinite = frozenset(n for n in self.kinds if not _all_finite(reduced[n]))
@@ -426,44 +474,58 @@ class TemporalStabiliser:
         return plate(entry.forward), plate(entry.backward)
 
     def _finished(self, entry: _Frame) -> StabilisedFrame:
-        fused = entry.fused
         passes = dict(entry.passes)
-        if fused is not None and fused.pixels is None:
-            passes = fused.passes  # fused at the plate's size
-        elif fused is not None:
-            lift_frame(entry.passes, entry.reduced, fused.passes, self.kinds)
+        for fused in entry.fused or []:
+            if fused.pixels is None:  # fused at the plate's size
+                passes.update(fused.passes)
+                continue
+            names = list(fused.passes)
+            lift_frame(
+                {n: entry.passes[n] for n in names},
+                {n: entry.reduced[n] for n in names},
+                fused.passes,
+                self.kinds,
+            )
             for name, values in (fused.exact or {}).items():
                 entry.passes[name].view(values.shape[0], -1).index_copy_(1, fused.pixels, values)
         entry.fused = None
         forward, backward = self._plate_flows(entry)
         return StabilisedFrame(entry.frame, passes, forward, backward)
 
-    def _fuse(self, index: int) -> _Fused | None:
-        """The centre's fusion: at the plate's size, or at the reduced size with the pixels
-        near edges fused at the plate's size (see the module); None without neighbours."""
+    def _fuse(self, index: int) -> list[_Fused] | None:
+        """The centre's fusion, group by group: at the plate's size, or at the group's reduced
+        size with the pixels near edges fused at the plate's size (see the module); None
+        without neighbours."""
         centre = self._window[index]
-        neighbours = self._neighbours(index)
-        if not neighbours:
+        links = self._links(index)
+        if not links:
             return None
-        fused = fuse_frame(centre.reduced, centre.nonfinite, neighbours, self.kinds, self.settings)
         area = self.plate_hw[0] * self.plate_hw[1]
-        self.pixels_fused += area
-        if centre.reduced is centre.passes:
-            self.pixels_at_plate_size += area
-            return _Fused(fused)
-        edges = edge_blocks(centre.reduced, self.kinds, self.settings)
-        pixels = plate_pixels(edges, self.plate_hw)
-        self.pixels_at_plate_size += int(pixels.numel())
-        exact = None
-        if pixels.numel():
-            exact = fuse_pixels(
-                centre.passes, centre.nonfinite, pixels, neighbours, self.kinds, self.settings
-            )
-        return _Fused(fused, pixels, exact)
+        out = []
+        for hw, names in self.groups:
+            kinds = {name: self.kinds[name] for name in names}
+            neighbours = [link.at_size(hw, self.device) for link in links]
+            reduced = {name: centre.reduced[name] for name in names}
+            fused = fuse_frame(reduced, centre.nonfinite, neighbours, kinds, self.settings)
+            self.pixels_fused += area
+            if hw == self.plate_hw:
+                self.pixels_at_plate_size += area
+                out.append(_Fused(fused))
+                continue
+            pixels = plate_pixels(edge_blocks(reduced, kinds, self.settings), self.plate_hw)
+            self.pixels_at_plate_size += int(pixels.numel())
+            exact = None
+            if pixels.numel():
+                full = {name: centre.passes[name] for name in names}
+                exact = fuse_pixels(
+                    full, centre.nonfinite, pixels, neighbours, kinds, self.settings
+                )
+            out.append(_Fused(fused, pixels, exact))
+        return out
 
-    def _neighbours(self, index: int) -> list[_Neighbour]:
-        """The window's other frames, warped towards the centre: the flow from the centre to
-        each (adjacent flows composed, or direct), its confidence times the temporal kernel."""
+    def _links(self, index: int) -> list[_Link]:
+        """The window's other frames, each with the flow from the centre to it (adjacent flows
+        composed, or direct) and its confidence, at flow resolution."""
         out = []
         for step, attribute in ((1, "forward"), (-1, "backward")):
             flow: Tensor | None = None
@@ -486,18 +548,8 @@ class TemporalStabiliser:
                     flow, confidence = direct
                 else:
                     flow, confidence = compose(flow, confidence, link, link_confidence)
-                weight = confidence_to_plate(confidence, self.fusion_hw, self.device)
-                out.append(
-                    _Neighbour(
-                        self._window[there],
-                        distance,
-                        sampling_grid(to_plate(flow, self.fusion_hw, self.device)),
-                        weight * self.settings.kernel(distance),
-                        flow,
-                        confidence,
-                        self.settings.kernel(distance),
-                    )
-                )
+                kernel = self.settings.kernel(distance)
+                out.append(_Link(self._window[there], distance, flow, confidence, kernel))
         return out
 
     def _direct_motion(self, centre: _Frame, there: _Frame) -> tuple[Tensor, Tensor] | None:

@@ -309,6 +309,23 @@ def test_the_robust_mean_starts_from_each_pixels_medoid_whichever_way_its_distan
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_class_probabilities_are_fused_at_half_the_side_of_the_other_passes():
+    kinds = {"normal": "unit_vectors", "seg": "labels", "matte": "alpha"}
+
+    def groups(plate_hw):
+        return TemporalStabiliser(kinds, plate_hw, "cpu").groups
+
+    assert groups((2160, 4096)) == [((540, 1024), ("normal", "matte")), ((270, 512), ("seg",))]
+    assert groups((432, 768)) == [((432, 768), ("normal", "matte")), ((288, 512), ("seg",))]
+    assert groups((216, 384)) == [((216, 384), ("normal", "seg", "matte"))]  # all at its own
+    one_size = replace(DEFAULT_FUSION, label_reduction=1)
+    assert TemporalStabiliser(kinds, (2160, 4096), "cpu", one_size).groups == [
+        ((540, 1024), ("normal", "seg", "matte"))
+    ]
+    with pytest.raises(ValueError, match="label_reduction"):
+        replace(DEFAULT_FUSION, label_reduction=0)
+
+
 def test_the_row_upsampler_is_bilinear_interpolation():
     field = torch.rand(3, 7, 11)
     expected = F.interpolate(field[None], size=(30, 45), mode="bilinear", align_corners=False)[0]
