@@ -12,6 +12,9 @@ brings those back):
     shot       a 48-frame 4096x2160 shot through the real worker stages (``bench.io``'s
                worker: reader thread, device stage, writer pool; every dense pass) with five
                1B models: frames/s, the models' share of wall time, host core-s per frame
+    temporal   temporal stabilisation of every dense pass (``bench.temporal``'s synthetic
+               shot, 8 frames of 4096x2160, no pose): host core-s and wall s per frame, flow
+               on the host, warps and fusion on the device
     compile    ``torch.compile`` of the blocks and head (``sapiens.torch_compile``): compile
                time and images/s against eager
 
@@ -19,10 +22,13 @@ The process runs with the glibc allocator settings of the platform's workers, as
 does (``--default-allocator`` to leave them). Each section's figures are printed as they come
 and written after each section to ``OUT/gpu.json`` and ``OUT/gpu.md`` (default
 ``bench/results/gpu``); a section that fails is recorded with its error and the next one
-runs. Every section but ``shot`` needs only torch, numpy and safetensors; ``shot`` needs the
-platform's readers and writers (the GPU kit, ``python -m bench.gpu_kit``).
+runs. Every section but ``shot`` and ``temporal`` needs only torch, numpy and safetensors;
+``shot`` needs the platform's readers and writers, ``temporal`` OpenCV and the platform's
+modules (the GPU kit, ``python -m bench.gpu_kit``).
 
-    python -m bench.gpu                          # everything (under 8 minutes on an H100)
+    python -m bench.gpu                          # everything (6.3 minutes on an H100 before
+                                                 # the temporal section; 12 frames of its
+                                                 # 4K shot took 134 s there, process start in)
     python -m bench.gpu --smoke                  # small sizes, few frames: a quick check
     python -m bench.gpu --sections model,4k --out /tmp/gpu
     python -m bench.gpu --device cpu --smoke     # the script itself, on a machine without GPU
@@ -52,7 +58,7 @@ import torch
 from bench.common import as_a_worker_runs
 from schemas.passes import model_task
 
-SECTIONS = ("model", "4k", "attention", "graphs", "shot", "compile")
+SECTIONS = ("model", "4k", "attention", "graphs", "shot", "temporal", "compile")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu"
 SHOT_PASSES = ("normal", "pointmap", "albedo", "matte", "seg")
 
@@ -69,12 +75,16 @@ class Sizes:
     shot_arch: str
     shot_frames: int
     shot_hw: tuple[int, int]  # (height, width)
+    temporal_frames: int
+    temporal_hw: tuple[int, int]  # (height, width)
     repeats: int
     warmup: int
 
 
-FULL = Sizes("1b", (1024, 768), 8, "1b-4k", (4096, 3072), "1b", 48, (2160, 4096), 5, 2)
-SMOKE = Sizes("tiny", (256, 192), 2, "tiny-4k", (512, 384), "tiny", 3, (270, 480), 2, 1)
+FULL = Sizes("1b", (1024, 768), 8, "1b-4k", (4096, 3072), "1b", 48, (2160, 4096), 8,
+             (2160, 4096), 5, 2)  # fmt: skip
+SMOKE = Sizes("tiny", (256, 192), 2, "tiny-4k", (512, 384), "tiny", 3, (270, 480), 4, (270, 1280),
+              2, 1)  # fmt: skip
 
 
 @dataclass
@@ -400,12 +410,38 @@ def section_shot(report: Report, device: torch.device, sizes: Sizes) -> None:
     report.add("shot", "plates written first (not timed above)", plates_s, "s")
 
 
+def section_temporal(report: Report, device: torch.device, sizes: Sizes) -> None:
+    """The stabiliser as ``python -m bench.temporal --cost-only --device ...`` runs it (one
+    torch thread: host core-s are the figure), without the keypoint smoother."""
+    from bench.temporal import run_shot
+    from bench.temporal_scene import Scene
+
+    height, width = sizes.temporal_hw
+    frames = sizes.temporal_frames
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with peak_memory(device) as peak, torch.no_grad():
+            run = run_shot(Scene(width, height, frames), device=str(device), metrics=False,
+                           pose=False)  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    what = f"{frames} frames {width}x{height}, every dense pass"
+    report.add("temporal", f"{what}: host core-s per frame", run.core_seconds / frames,
+               "core-s", "flow on the host, warps and fusion on the device")  # fmt: skip
+    report.add("temporal", f"{what}: wall per frame", run.wall_seconds / frames, "s")
+    report.add("temporal", "share of pixels fused at the plate's size", run.plate_size_share)
+    if device.type == "cuda":
+        report.add("temporal", "peak device memory", peak["mib"], "MiB", "the window's passes")
+
+
 RUNNERS: dict[str, Callable[[Report, torch.device, Sizes], None]] = {
     "model": section_model,
     "4k": section_4k,
     "attention": section_attention,
     "graphs": section_graphs,
     "shot": section_shot,
+    "temporal": section_temporal,
     "compile": section_compile,
 }
 

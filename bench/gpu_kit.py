@@ -68,7 +68,7 @@ for path in sorted(pathlib.Path({tests!r}).glob("*.py")):
     importlib.import_module("tests.cuda." + path.stem if path.stem != "__init__" else "tests.cuda")
 import bench.gpu
 bench.gpu.main(["--device", "cpu", "--smoke", "--default-allocator", "--out", {out!r},
-                "--sections", "model,4k,attention,graphs,shot"])
+                "--sections", "model,4k,attention,graphs,shot,temporal"])
 print("MODULES=" + json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
 """
 

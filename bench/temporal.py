@@ -34,7 +34,6 @@ import torch
 
 from bench.common import as_a_worker_runs
 from bench.temporal_scene import PASS_KINDS, Scene, Truth, model, person_order, render
-from tasks.keypoint_smoothing import KeypointSmoother
 from tasks.plate_flow import DEFAULT_FLOW, FlowSettings, flow_image, pair_motion, reduced_size
 from tasks.temporal_fusion import (
     DEFAULT_FUSION,
@@ -134,12 +133,18 @@ def run_shot(
     metrics: bool = True,
     keep: bool = False,
     indices: range | None = None,
+    pose: bool = True,
 ) -> ShotRun:
     """Stream a synthetic shot through the stabiliser (and the keypoint smoother) and score
     it. ``noisy``: push the model's passes (else the truth); ``keep``: keep every output
-    (small shots only); ``indices``: the frame indices pushed (default all)."""
+    (small shots only); ``indices``: the frame indices pushed (default all); ``pose``: smooth
+    the keypoints too (the smoother needs SciPy, which the GPU kit does not carry)."""
     stabiliser = TemporalStabiliser(PASS_KINDS, (scene.height, scene.width), device, settings, flow)
-    smoother = KeypointSmoother()
+    smoother = None
+    if pose:
+        from tasks.keypoint_smoothing import KeypointSmoother
+
+        smoother = KeypointSmoother()
     per_frame, stabilised = Version(), Version()
     pose_pf, pose_smooth = _Sums(), _Sums()
     truths: dict[int, Truth] = {}
@@ -185,17 +190,19 @@ def run_shot(
         core += time.process_time() - c0
         wall += time.perf_counter() - w0
         take(results)
-        c0 = time.process_time()
-        smoothed = smoother.push(frame, people)
-        pose_core += time.process_time() - c0
-        take_pose(smoothed, answers)
+        if smoother is not None:
+            c0 = time.process_time()
+            smoothed = smoother.push(frame, people)
+            pose_core += time.process_time() - c0
+            take_pose(smoothed, answers)
     c0, w0 = time.process_time(), time.perf_counter()
     results = stabiliser.flush()
     _sync(device)
     core += time.process_time() - c0
     wall += time.perf_counter() - w0
     take(results)
-    take_pose(smoother.flush(), answers)
+    if smoother is not None:
+        take_pose(smoother.flush(), answers)
     return ShotRun(
         frames, per_frame, stabilised, outputs, pose_pf, pose_smooth, core, wall, pose_core,
         forward_none, stabiliser.pixels_at_plate_size / max(1, stabiliser.pixels_fused),

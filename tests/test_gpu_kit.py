@@ -108,17 +108,18 @@ def test_the_kit_carries_what_the_checks_import_and_nothing_the_node_has():
 
 def test_bench_gpu_on_the_cpu_writes_its_report(tmp_path):
     done = _run(
-        "bench.gpu", "--device", "cpu", "--smoke", "--sections", "model,graphs",
+        "bench.gpu", "--device", "cpu", "--smoke", "--sections", "model,graphs,temporal",
         "--out", str(tmp_path), "--default-allocator",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "gpu.json").read_text())
     assert report["smoke"] and report["device"]["device"] == "cpu"
-    assert set(report["sections"]) == {"model", "graphs"}
+    assert set(report["sections"]) == {"model", "graphs", "temporal"}
     assert not any("error" in s for s in report["sections"].values())
     assert {f["device"] for f in report["figures"]} == {report["device"]["name"]}
     whats = [f["what"] for f in report["figures"]]
     assert any(w.endswith("images/s") for w in whats)
+    assert any(w.endswith("host core-s per frame") for w in whats)  # the stabiliser's
     markdown = (tmp_path / "gpu.md").read_text()
     assert "| graphs | CUDA graphs | skipped | they need a CUDA device |" in markdown
     assert "UNTRAINED" in markdown
