@@ -26,9 +26,8 @@ runs. Every section but ``shot`` and ``temporal`` needs only torch, numpy and sa
 ``shot`` needs the platform's readers and writers, ``temporal`` OpenCV and the platform's
 modules (the GPU kit, ``python -m bench.gpu_kit``).
 
-    python -m bench.gpu                          # everything (6.3 minutes on an H100 before
-                                                 # the temporal section; 12 frames of its
-                                                 # 4K shot took 134 s there, process start in)
+    python -m bench.gpu                          # everything (6.3 minutes on an H100, and
+                                                 # 75 s for the temporal section)
     python -m bench.gpu --smoke                  # small sizes, few frames: a quick check
     python -m bench.gpu --sections model,4k --out /tmp/gpu
     python -m bench.gpu --device cpu --smoke     # the script itself, on a machine without GPU
