@@ -403,10 +403,10 @@ def flow_check(scene: Scene, flow: FlowSettings) -> dict[str, float]:
 def _fusion_sizes(plate_hw: tuple[int, int], settings: FusionSettings) -> str:
     """``WxH`` the passes are fused at, and the class probabilities' where that differs."""
 
-    def size(kind: str) -> str:
-        return "x".join(map(str, reduced_size(plate_hw, settings.side(kind))[::-1]))
+    def size(side: int) -> str:
+        return "x".join(map(str, reduced_size(plate_hw, side)[::-1]))
 
-    others, labels = size("colour"), size("labels")
+    others, labels = size(settings.max_side), size(settings.side("labels"))
     return others if labels == others else f"{others} (seg {labels})"
 
 

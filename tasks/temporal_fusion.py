@@ -1019,9 +1019,14 @@ def warp_with_certainty(
     differ and the sample loses its weight; on a smooth surface they agree. 0 where either is
     not finite."""
     sample, nearest = _warp(values, grid, "bilinear"), _warp(values, grid, "nearest")
-    exponent = distance(nearest, sample).square_().mul_(-0.5 / scale**2)
-    certainty = exponent.clamp_(min=_FLOOR).exp_()
+    certainty = _gaussian_(distance(nearest, sample), scale)
     return sample, torch.nan_to_num_(certainty, 0.0, 0.0, 0.0)
+
+
+def _gaussian_(distance: Tensor, scale: float) -> Tensor:
+    """exp(-d^2 / 2 scale^2) of each distance, in place: the form of every weight here (the
+    robustness term, the samples' certainties), its exponent floored at ``_FLOOR``."""
+    return distance.square_().mul_(-0.5 / scale**2).clamp_(min=_FLOOR).exp_()
 
 
 def _warp(values: Tensor, grid: Tensor, mode: str) -> Tensor:
@@ -1057,8 +1062,7 @@ def warp_relative_depth(pair: Tensor, grid: Tensor) -> tuple[Tensor, Tensor, Ten
     nearest = _warp(pair, grid, "nearest")
     both = on & (nearest[1:2] > 0.5)
     step = torch.where(both, depth - nearest[0:1], torch.zeros_like(depth))[0]
-    exponent = step.square_().mul_(-0.5 / _DEPTH_STEP**2).clamp_(min=_FLOOR)
-    steadiness = torch.nan_to_num_(exponent.exp_(), 0.0, 0.0, 0.0)
+    steadiness = torch.nan_to_num_(_gaussian_(step, _DEPTH_STEP), 0.0, 0.0, 0.0)
     return depth, share[0].mul(2.0).sub_(1.0).abs_(), steadiness
 
 
@@ -1074,14 +1078,12 @@ def robust_mean(
     ones the medoid was chosen by: the medoid itself is never gathered from the samples."""
     distance = _DISTANCE[kind]
     apart = _to_medoid(samples, weights, kind)
-    factor = -0.5 / scale**2
     estimate = samples[0]  # read from the second round on
     for round_ in range(max(1, iterations)):
         robust = []
         for i, (x, w) in enumerate(zip(samples, weights, strict=True)):
             r = apart[i] if round_ == 0 else distance(x, estimate)
-            exponent = r.square_().mul_(factor).clamp_(min=_FLOOR)
-            robust.append(exponent.exp_().mul_(w))
+            robust.append(_gaussian_(r, scale).mul_(w))
         estimate = _weighted_mean(kind, samples, robust)
     return estimate
 
