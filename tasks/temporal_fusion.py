@@ -161,6 +161,9 @@ _TINY = 1e-12
 # the robustness term's smallest exponent: exp(-30) is 1e-13, already nothing, and results
 # below float32's normal range (exp(-87) and less) make the CPU take a slow path
 _FLOOR = -30.0
+# A distance beyond this is as good as infinite to every weight here (exp(-(1e18)^2) is 0);
+# held below it, the medoid's sums of distances stay finite (``_to_medoid``)
+_FAR = 1e18
 # Bands of rows on the CPU: per band and neighbour a few dozen torch operations, so bands must
 # be large enough to hide their overhead (see tasks.pixel_blocks); the samples of every pass of
 # every frame of the window are held for one band.
@@ -1094,7 +1097,13 @@ def _to_medoid(samples: list[Tensor], weights: list[Tensor], kind: str) -> list[
     once; a distance relative to its second sample (points: |x - m| / |m|) is kept as its
     symmetric part and the samples' scales, so the distance to the medoid is exact either way
     round. On the CPU at 4K this saved the medoid's gather (four selections of every channel:
-    seg's are 29) and a round of distances."""
+    seg's are 29) and a round of distances.
+
+    The selections are arithmetic, not ``torch.where``: a product with a 0/1 mask, or a lerp
+    by 0 or 1, picks a finite value exactly, and on the CPU runs some six times faster than
+    ``torch.where`` (1.3 ns a pixel, not vectorised; with a scalar operand 3.8): 2.05 -> 1.97
+    core-s a frame on the 4K bench. Distances and scales are held below ``_FAR``, so every
+    sum here stays finite."""
     count = len(samples)
     part = _SYMMETRIC.get(kind, _DISTANCE[kind])
     scales = [_scale_of(x) for x in samples] if kind in _SYMMETRIC else None
@@ -1102,28 +1111,28 @@ def _to_medoid(samples: list[Tensor], weights: list[Tensor], kind: str) -> list[
     costs = [torch.zeros_like(weights[0]) for _ in range(count)]
     for i in range(count):
         for j in range(i + 1, count):
-            pairs[i, j] = part(samples[i], samples[j])
+            pairs[i, j] = part(samples[i], samples[j]).clamp_(max=_FAR)
             d = pairs[i, j] if scales is None else pairs[i, j] / scales[j]
             costs[i].addcmul_(d, weights[j])
             costs[j].addcmul_(d, weights[i])
-    pick = torch.zeros_like(weights[0], dtype=torch.uint8)
+    pick = torch.zeros_like(weights[0])  # the medoid's index (small integers: exact)
     least = costs[0]
     for j in range(1, count):
-        better = (costs[j] < least) & (weights[j] > 0)
-        pick = torch.where(better, j, pick)
-        least = torch.where(better, costs[j], least)
-    chosen = [pick == j for j in range(count)]
+        better = ((costs[j] < least) & (weights[j] > 0)).to(least.dtype)
+        least = least.lerp(costs[j], better)
+        pick.addcmul_(better, j - pick)
+    chosen = [(pick == j).to(pick.dtype) for j in range(count)]
     out = []
     for i in range(count):
         r = torch.zeros_like(weights[0])  # the medoid itself: 0
         for j in range(count):
             if j != i:
-                r = torch.where(chosen[j], pairs[min(i, j), max(i, j)], r)
+                r.addcmul_(chosen[j], pairs[min(i, j), max(i, j)])
         if scales is not None:
             scale = torch.zeros_like(weights[0])
             for j in range(count):
-                scale = torch.where(chosen[j], scales[j], scale)
-            r = r / scale
+                scale.addcmul_(chosen[j], scales[j])
+            r.div_(scale)
         out.append(r)
     return out
 
@@ -1157,8 +1166,8 @@ def _relative(x: Tensor, m: Tensor) -> Tensor:
 
 
 def _scale_of(m: Tensor) -> Tensor:
-    """What ``_relative`` divides by."""
-    return _norm(m).clamp_min_(_TINY)
+    """What ``_relative`` divides by (finite: ``_FAR``)."""
+    return _norm(m).clamp_(_TINY, _FAR)
 
 
 def _absolute(x: Tensor, m: Tensor) -> Tensor:

@@ -309,6 +309,20 @@ def test_the_robust_mean_starts_from_each_pixels_medoid_whichever_way_its_distan
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["points", "unit_vectors", "colour"])
+def test_a_sample_whose_distances_overflow_leaves_its_pixel_a_number(kind):
+    # the medoid selects with products of 0/1 masks, where an infinite distance would make
+    # 0 x inf = NaN: its distances are held finite (a chord between values of 1e20 squares
+    # past float32's range)
+    g = torch.Generator().manual_seed(4)
+    samples = [torch.rand(3, 5, 6, generator=g) + 1.0 for _ in range(5)]
+    samples[3][:, 2, 3] = 1e20
+    weights = [torch.rand(5, 6, generator=g) for _ in samples]
+    weights[4][2, 3] = 0.0
+    fused = robust_mean(kind, samples, weights, scale=0.5, iterations=2)
+    assert torch.isfinite(fused).all()
+
+
 def test_class_probabilities_are_fused_at_half_the_side_of_the_other_passes():
     kinds = {"normal": "unit_vectors", "seg": "labels", "matte": "alpha"}
 
