@@ -25,6 +25,7 @@ from tasks.temporal_fusion import (
     _RowUpsampler,
     lift_frame,
     on_person,
+    plate_pixels,
     robust_mean,
     sampling_grid,
     warp_relative_depth,
@@ -374,6 +375,40 @@ def test_the_row_upsampler_is_bilinear_interpolation():
     assert torch.allclose(bands, expected, atol=1e-6)
     some = torch.tensor([2, 0])
     assert torch.allclose(upsampler.rows(slice(5, 9), some), expected[[2, 0], 5:9], atol=1e-6)
+
+
+def _taps(size: int, low: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two source positions bilinear interpolation (align_corners=False) reads for each of
+    ``size`` positions upsampled from ``low``."""
+    source = np.clip((np.arange(size) + 0.5) * low / size - 0.5, 0.0, None)
+    first = np.minimum(np.floor(source).astype(int), low - 1)
+    return first, np.minimum(first + 1, low - 1)
+
+
+@pytest.mark.parametrize("low, plate", [((7, 11), (28, 44)), ((7, 11), (30, 47)),
+                                        ((5, 3), (5, 3)), ((1, 4), (3, 17))])  # fmt: skip
+def test_the_plate_pixels_fused_again_are_those_the_lift_reads_an_edge_pixel_for(low, plate):
+    g = torch.Generator().manual_seed(5)
+    edges = torch.rand(low, generator=g) < 0.15
+    edges[0, 0] = True
+    found = plate_pixels(edges, plate)
+    assert torch.all(found[1:] > found[:-1])  # in order, once each
+    # exactly the pixels one of whose taps, of the rows and of the columns, is an edge pixel
+    rows, cols = _taps(plate[0], low[0]), _taps(plate[1], low[1])
+    reads = np.zeros(plate, dtype=bool)
+    for row_taps in rows:
+        for col_taps in cols:
+            reads |= edges.numpy()[np.ix_(row_taps, col_taps)]
+    np.testing.assert_array_equal(found.numpy(), np.flatnonzero(reads))
+    # and what the upsampling carries from the edge pixels reaches no other pixel
+    field = torch.rand(1, *low, generator=g)
+    moved = field + edges * (1.0 + torch.rand(1, *low, generator=g))
+
+    def up(values):
+        return F.interpolate(values[None], size=plate, mode="bilinear", align_corners=False)[0]
+
+    bled = (up(field) != up(moved))[0].reshape(-1).nonzero().squeeze(1)
+    assert set(bled.tolist()) <= set(found.tolist())
 
 
 def test_lifted_probabilities_stay_probabilities_and_absent_classes_stay_as_they_were():
