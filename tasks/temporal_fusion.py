@@ -1026,7 +1026,10 @@ class _Band:
         kernel = [torch.full_like(w, self.settings.kernel(0)) for w in self.base[:1]]
         kernel += [torch.full_like(w, self.settings.kernel(n.distance)) for w, n in
                    zip(self.base[1:], self.neighbours, strict=True)]  # fmt: skip
-        fused_ray = self.fuse("points", rays, kernel, True)
+        # a ray is not finite where its point's depth is 0 (or its point is not): looked for,
+        # as the finite path is the same fusion without a copy and a mask of every sample
+        finite = not dirty and all(_all_finite(ray) for ray in rays)
+        fused_ray = self.fuse("points", rays, kernel, not finite)
         points = fused_ray * (fused_depth / fused_ray[2:3])
         usable = torch.isfinite(points).all(dim=0) & (here[2].abs() > _TINY)
         return torch.where(usable, points, here)
