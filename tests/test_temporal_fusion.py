@@ -226,6 +226,40 @@ def test_non_finite_values_do_not_spread(settings):
         assert torch.isfinite(matte[:, 12:, 12:]).all()
 
 
+@SIZES
+def test_a_point_at_zero_depth_keeps_its_own_and_spreads_no_ray(settings):
+    # a pixel with no point (0, 0, 0, as a model may leave one) has no ray (x/z is not finite):
+    # the other frames fuse that pixel without it, and its own frame keeps it as it was. Each
+    # frame's points are scaled apart (its rays the same), so fusing moves every point.
+    still = replace(SMALL, static=True)
+    truth = render(still, 0)
+    frames = []
+    for index in range(5):
+        passes = {n: torch.from_numpy(v) for n, v in truth.passes.items()}
+        passes["pointmap"] = passes["pointmap"] * (1.0 + 0.03 * (index - 2))
+        frames.append(passes)
+    patch = (slice(None), slice(50, 60), slice(90, 110))
+    frames[2]["pointmap"][patch] = 0.0
+    stabiliser = TemporalStabiliser(PASS_KINDS, HW, "cpu", settings)
+    results = []
+    for index, passes in enumerate(frames):
+        results += stabiliser.push(1001 + index, truth.plate, _copies(passes))
+    results += stabiliser.flush()
+    assert [result.frame for result in results] == [1001, 1002, 1003, 1004, 1005]
+    for index, result in enumerate(results):
+        points = result.passes["pointmap"]
+        assert torch.isfinite(points).all(), result.frame
+        own = frames[index]["pointmap"]
+        if index == 2:
+            assert (points[patch] == 0.0).all()
+            continue
+        moved = (points[2] / own[2] - 1.0).abs()
+        around = moved[40:70, 80:120].clone()
+        around[10:20, 10:30] = float("nan")
+        # the patch is fused like the pixels around it, not left as the frame's own
+        assert moved[50:60, 90:110].min() > 0.5 * around.nanmedian(), result.frame
+
+
 def test_bad_calls_are_refused():
     with pytest.raises(ValueError, match="no fusion rule"):
         TemporalStabiliser({"normal": "keypoints"}, HW, "cpu")
