@@ -105,14 +105,14 @@ plate's at 512) kept its ratios (person 0.19, boundary 0.31; worst frame's fall 
 Xeon (run in turn; 2.0% of the pixels then fused at the plate's size against 1.6%).
 
 Cost, on this project's 2-core CPU, one torch thread, six passes (``python -m bench.temporal
---size 4096x2160 --frames 12 --cost-only``, as the platform's workers run): 1.7-1.9 core-s per
-4096x2160 frame on a 2-core AMD EPYC with AVX-512 (2026-11-27, three runs of commit e81d640;
-2.1-2.2 for the code of that morning in turn), about 1.5% of its pixels fused at the plate's
+--size 4096x2160 --frames 12 --cost-only``, as the platform's workers run): 1.7-1.8 core-s per
+4096x2160 frame on a 2-core AMD EPYC with AVX-512 (2026-11-27, three runs of commit 1a8165b;
+2.2-2.3 for the code of that morning in turn), about 1.5% of its pixels fused at the plate's
 size; it was about 17 before the reduction. Of it, in one instrumented run (8 frames, 1.96
 core-s a frame that time): the reduced fusion 0.52 (seg's 0.08), the plate-size pixels 0.41
-(seg's 0.24), the lift 0.48 (seg's 0.32, since 0.27), the area means 0.22, DIS and its
-consistency 0.15, the plate-size flows returned 0.06. By torch operation: sampling
-(``grid_sample``) 17%, the area means 14%, bilinear upsampling 9%, gathers 7%.
+(seg's 0.24), the lift 0.48 (seg's 0.32; both less since), the area means 0.22, DIS and its
+consistency 0.15, the plate-size flows returned 0.06. By torch operation (1a8165b): sampling
+(``grid_sample``) 18%, the area means 14%, gathers 7%, upsampling 7%.
 At 1536x864 fused at 384x216, ``bench.temporal``'s error ratios are those of fusing at
 1536x864 to two decimals, at 0.55 core-s per frame against 1.90 (``--fusion-side``).
 
