@@ -132,6 +132,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -765,33 +766,47 @@ def plate_pixels(edges: Tensor, plate_hw: tuple[int, int]) -> Tensor:
     height, width = plate_hw
     rows = _tap_runs(height, edges.shape[0], edges.device)
     cols = _tap_runs(width, edges.shape[1], edges.device)
-    by_row = edges.index_select(0, rows[0]) | edges.index_select(0, rows[1])
-    cells = by_row.index_select(1, cols[0]) | by_row.index_select(1, cols[1])
+    by_row = edges.index_select(0, rows.first) | edges.index_select(0, rows.second)
+    cells = by_row.index_select(1, cols.first) | by_row.index_select(1, cols.second)
     run, col = cells.nonzero(as_tuple=True)  # in order: by runs of rows, then columns
-    cell, xs = _ranges(cols[2][col], cols[3][col])
+    cell, xs = _ranges(cols.start[col], cols.length[col])
     run_of_x = run[cell]  # the marked plate columns of each run of rows, in order
     per_run = torch.bincount(run_of_x, minlength=cells.shape[0])
-    first = per_run.cumsum(0) - per_run
-    run_of_row = torch.repeat_interleave(torch.arange(cells.shape[0], device=edges.device), rows[3])
-    row, at = _ranges(first[run_of_row], per_run[run_of_row])
+    run_of_row = torch.repeat_interleave(
+        torch.arange(cells.shape[0], device=edges.device), rows.length
+    )
+    row, at = _ranges(_starts(per_run)[run_of_row], per_run[run_of_row])
     return row * width + xs[at]
 
 
-def _tap_runs(size: int, low: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+class _Runs(NamedTuple):
+    """Runs of consecutive positions that read the same two source positions."""
+
+    first: Tensor  # each run's two source positions
+    second: Tensor
+    start: Tensor  # its first position
+    length: Tensor
+
+
+def _tap_runs(size: int, low: int, device: torch.device) -> _Runs:
     """The runs of the ``size`` positions that read the same two of ``low`` positions
-    (``_bilinear_taps``): each run's two, its first position and its length."""
+    (``_bilinear_taps``)."""
     first, second, _ = _bilinear_taps(size, low, device)
     _, counts = torch.unique_consecutive(first * low + second, return_counts=True)
-    starts = counts.cumsum(0) - counts
-    return first[starts], second[starts], starts, counts
+    starts = _starts(counts)
+    return _Runs(first[starts], second[starts], starts, counts)
 
 
 def _ranges(starts: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
     """The ranges start .. start + count - 1, concatenated, and each element's range."""
     item = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    offsets = counts.cumsum(0) - counts
-    within = torch.arange(item.numel(), device=counts.device) - offsets[item]
+    within = torch.arange(item.numel(), device=counts.device) - _starts(counts)[item]
     return item, starts[item] + within
+
+
+def _starts(counts: Tensor) -> Tensor:
+    """Where each of consecutive blocks of ``counts`` elements starts."""
+    return counts.cumsum(0) - counts
 
 
 def _bilinear_taps(size: int, low: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
