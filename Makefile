@@ -29,7 +29,7 @@ format: venv
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# A sample shot (scikit-image's astronaut) through every pass on the embedded default:
+# A sample shot (an astronaut's portrait) through every pass on the embedded default:
 # ephemeral Prefect, a LocalCluster, SQLite and local disk under SVFX_HOME (default ~/.svfx).
 demo: venv
 	$(VENV)/bin/svfx demo

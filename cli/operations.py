@@ -163,7 +163,7 @@ def demo(
     model_size: str = "auto",
     checkpoint_root: str | None = None,
 ) -> None:
-    """Write a sample shot (scikit-image's astronaut) and process it with every pass."""
+    """Write a sample shot (an astronaut's portrait) and process it with every pass."""
     settings = get_settings()
     interactive()
     w, h = (int(v) for v in size.lower().split("x"))

@@ -25,3 +25,13 @@ class SvfxError(Exception):
     def message(self) -> str:
         """What the user reads: the file, frame or service, and the reason."""
         return str(self)
+
+
+def missing_extra(module: str, extra: str) -> str | None:
+    """None when ``module`` can be imported; else what to install: the optional extra of
+    pyproject.toml that brings it (S3's s3fs, PostgreSQL's psycopg), named for the user."""
+    from importlib.util import find_spec
+
+    if find_spec(module) is not None:
+        return None
+    return f'{module} is not installed: pip install "sapiens-vfx[{extra}]"'

@@ -1,6 +1,8 @@
-"""The demo shot: scikit-image's astronaut (a person, shipped with the package, no download),
-drifting and zooming over a few dozen frames, written as a scene-linear (linear Rec.709) half
-float EXR sequence with a timecode and frame rate, the way a plate arrives from the scan."""
+"""The demo shot: an astronaut's portrait (NASA's, public domain; `demo_astronaut.png` beside
+this module holds the same pixels as scikit-image's ``data.astronaut()``, so the demo needs
+no scikit-image) drifting and zooming over a few dozen frames, written as a scene-linear
+(linear Rec.709) half float EXR sequence with a timecode and frame rate, the way a plate
+arrives from the scan."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import OpenEXR
 from PIL import Image
 
 DEMO_COLORSPACE = "lin_rec709"
+PERSON = Path(__file__).with_name("demo_astronaut.png")
 DEMO_FIRST_FRAME = 1001
 
 
@@ -22,9 +25,7 @@ def srgb_to_linear(values: np.ndarray) -> np.ndarray:
 
 def demo_frame(index: int, frames: int, width: int, height: int) -> np.ndarray:
     """Frame `index` of the animation as scene-linear float32 RGB (H, W, 3)."""
-    from skimage import data
-
-    person = Image.fromarray(data.astronaut())
+    person = Image.open(PERSON).convert("RGB")
     t = index / max(1, frames - 1)
     scale = height / person.height * (0.9 + 0.15 * t)
     size = max(1, round(person.width * scale)), max(1, round(person.height * scale))
@@ -50,7 +51,7 @@ def write_demo_plate(
             "compression": OpenEXR.ZIP_COMPRESSION,
             "type": OpenEXR.scanlineimage,
             "framesPerSecond": Fraction(24, 1),
-            "owner": "svfx demo (scikit-image astronaut, public domain)",
+            "owner": "svfx demo (NASA astronaut portrait, public domain)",
         }
         path = out / f"astronaut.{number:04d}.exr"
         tmp = path.with_suffix(".exr.tmp")

@@ -262,11 +262,15 @@ def _finalize(
     )
     try:
         if new and client is not None:  # new previews to read: on a worker, not in the flow
-            return dict(client.submit(finalize_shot, finalize, pure=False).result())
-        return finalize_shot(finalize)  # only checks that the files exist
+            written = dict(client.submit(finalize_shot, finalize, pure=False).result())
+        else:
+            written = finalize_shot(finalize)  # only checks that the files exist
     except Exception as exc:  # the frames are safe; say what is missing
         log.error("shot-level files (pose JSON, contact sheets, clips) failed: %s", exc)
         return {"error": f"{type(exc).__name__}: {exc}"}
+    if "review_clips_skipped" in written:  # a node without ffmpeg: said once, in the job's log
+        log.warning(written["review_clips_skipped"])
+    return written
 
 
 def _qc_due(plan: ShotPlan, catalog: Catalog, job_id: int, result: ShotResult) -> bool:

@@ -32,7 +32,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol
 
-from storage.uri import default_storage_options, is_remote, join
+from storage.uri import check_driver, default_storage_options, is_remote, join
 
 
 class StorageOptions(Mapping[str, Any]):
@@ -119,6 +119,7 @@ class Location:
 
     def fs_and_path(self) -> tuple[AbstractFileSystem, str]:
         """The filesystem that serves this location and the path inside it."""
+        check_driver(self.uri)
         fs, path = fsspec.core.url_to_fs(self.uri, **self.fsspec_options())
         return fs, path
 

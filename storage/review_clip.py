@@ -1,14 +1,19 @@
 """An H.264 review clip per pass, with the frame number burnt in, streamed frame by frame.
 
-Frames are piped as raw RGB into the ffmpeg binary that `imageio_ffmpeg` ships, so only one
-frame is in memory at a time. ffmpeg encodes into a local temporary file (MP4 needs to seek
-back to write its index), which is then copied to the destination atomically.
+Frames are piped as raw RGB into ffmpeg, so only one frame is in memory at a time: the binary
+`imageio_ffmpeg` ships when it is installed (the tested build, with libx264), else the
+`ffmpeg` on PATH. imageio-ffmpeg is imported only here, when a clip is made: a node without
+either binary plans and runs shots, and `tasks.finalize` skips their clips with one line
+(`ffmpeg_exe` is None). ffmpeg encodes into a local temporary file (MP4 needs to seek back to
+write its index), which is then copied to the destination atomically.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -16,7 +21,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import IO
 
-import imageio_ffmpeg
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
@@ -25,6 +29,21 @@ from storage.errors import StorageError
 from storage.exr_writer import to_rational
 from storage.location import Where, as_location
 from storage.previews import MAX_SIDE, plate_rgb, thumbnail_size
+
+NO_FFMPEG = (
+    "review clips skipped: no ffmpeg here (neither imageio-ffmpeg installed nor `ffmpeg` on "
+    "PATH); install either to have them"
+)
+
+
+def ffmpeg_exe() -> str | None:
+    """The ffmpeg binary clips are encoded with: imageio-ffmpeg's when that package is
+    installed, else the `ffmpeg` on PATH; None when there is neither."""
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        return shutil.which("ffmpeg")
+    return imageio_ffmpeg.get_ffmpeg_exe()
 
 
 class ReviewClipWriter:
@@ -65,10 +84,13 @@ class ReviewClipWriter:
         return Path(self._workdir.name) / "clip.mp4"
 
     def __enter__(self) -> ReviewClipWriter:
+        exe = ffmpeg_exe()
+        if exe is None:
+            raise StorageError(f"{self.uri}: {NO_FFMPEG}")
         self._workdir = tempfile.TemporaryDirectory(prefix="svfx-clip-")
         self._log = open(Path(self._workdir.name) / "ffmpeg.log", "w+b")
         command = [
-            imageio_ffmpeg.get_ffmpeg_exe(),
+            exe,
             "-hide_banner",
             "-loglevel",
             "error",
@@ -181,6 +203,14 @@ def write_review_clip(
 
 
 def clip_frame_count(path: str | os.PathLike[str]) -> int:
-    """How many frames ffmpeg decodes from a local video file."""
-    frames, _seconds = imageio_ffmpeg.count_frames_and_secs(str(path))
-    return int(frames)
+    """How many frames ffmpeg decodes from a local video file (its stream copied to nowhere:
+    the last progress line's count)."""
+    exe = ffmpeg_exe()
+    if exe is None:
+        raise StorageError(f"{path}: {NO_FFMPEG}")
+    command = [exe, "-i", str(path), "-map", "0:v:0", "-c", "copy", "-f", "null", "-"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    counts = re.findall(r"frame=\s*(\d+)", done.stderr)
+    if done.returncode != 0 or not counts:
+        raise StorageError(f"{path}: ffmpeg could not count its frames: {done.stderr[-500:]}")
+    return int(counts[-1])

@@ -10,9 +10,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from core.errors import missing_extra
+from storage.errors import StorageError
+
 
 def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
+
+
+def check_driver(uri: str) -> None:
+    """Refuse, naming the extra to install, a URI whose filesystem's package is not here:
+    S3 is the optional `s3` extra (s3fs, botocore), so local-disk installs go without it."""
+    if uri.startswith("s3://") and (missing := missing_extra("s3fs", "s3")):
+        raise StorageError(f"{uri}: S3 needs s3fs, and {missing}")
 
 
 def default_storage_options(uri: str) -> dict[str, Any]:

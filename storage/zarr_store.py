@@ -60,6 +60,7 @@ from zarr.storage import FsspecStore, LocalStore
 from storage.errors import StorageError
 from storage.layers import ZarrArray
 from storage.location import Location, Where, as_location
+from storage.uri import check_driver
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +335,7 @@ def _store(where: Location, read_only: bool) -> Any:
     shared instance), closed by `close_store` when the caller is done with it."""
     uri = where.uri
     if where.is_remote:
+        check_driver(uri)
         options = {**where.fsspec_options(), "skip_instance_cache": True}
         return FsspecStore.from_url(uri, storage_options=options, read_only=read_only)
     path = uri.removeprefix("file://")

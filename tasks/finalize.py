@@ -12,7 +12,7 @@ from schemas.passes import first_of_kind
 from storage.location import Location
 from storage.pose_json import PoseHeader, assemble_pose_json
 from storage.previews import read_preview, write_contact_sheet
-from storage.review_clip import write_review_clip
+from storage.review_clip import NO_FFMPEG, ffmpeg_exe, write_review_clip
 from tasks.output_paths import ShotOutputPaths
 from tasks.shot_nuke_script import write_shot_nuke_script
 
@@ -58,6 +58,9 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
     written.update(_nuke_script(job))
     if not job.previews:
         return written
+    clips = job.review_clips and ffmpeg_exe() is not None
+    if job.review_clips and not clips:  # one line for the shot, not one a pass
+        written["review_clips_skipped"] = NO_FFMPEG
     for name in job.passes:
         previews = [(f, paths.at(paths.preview(name, f))) for f in job.frames]
         previews = [(f, where) for f, where in previews if _exists(where)]
@@ -65,7 +68,7 @@ def finalize_shot(job: FinalizeJob) -> dict[str, str]:
             continue
         sheet = write_contact_sheet(paths.at(paths.contact_sheet(name)), previews)
         written[f"contact_sheet_{name}"] = sheet.uri
-        if job.review_clips:
+        if clips:
             clip = write_review_clip(
                 paths.at(paths.review_clip(name)),
                 ((f, read_preview(where)) for f, where in previews),

@@ -29,7 +29,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from schemas.catalog.errors import CatalogDamaged
+from core.errors import missing_extra
+from schemas.catalog.errors import CatalogDamaged, CatalogError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -66,6 +67,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     """
     parsed = parse_url(url)
     if parsed.get_backend_name() == "postgresql":
+        if missing := missing_extra("psycopg", "postgres"):
+            shown = parsed.render_as_string(hide_password=True)
+            raise CatalogError(shown, f"a PostgreSQL catalog needs psycopg, and {missing}")
         return create_engine(parsed, pool_pre_ping=True, **kwargs)
     database = parsed.database or ""
     sqlite_file = None
