@@ -39,6 +39,7 @@ from .spec_options import (
     ModelSizeOpt,
     OutputOpt,
     PassesOpt,
+    TilesOpt,
     VersionOpt,
 )
 from .submit import ClusterOpt, absolute_paths, require_cluster, run_here
@@ -85,6 +86,7 @@ def submit_edit(
     checkpoint_root: CheckpointRootOpt = None,
     version: VersionOpt = SPEC_DEFAULTS["version"],
     exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
+    tiles: TilesOpt = SPEC_DEFAULTS["tiles"],
     no_previews: Annotated[
         bool, typer.Option("--no-previews", help="no previews and no review clips")
     ] = False,
@@ -120,6 +122,7 @@ def submit_edit(
             "checkpoint_root": checkpoint_root,
             "version": version,
             "exr_layout": exr_layout,
+            "tiles": tiles,
             "previews": not no_previews,
             "review_clips": not no_previews,
         }

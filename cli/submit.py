@@ -64,6 +64,7 @@ from .spec_options import (
     PrecisionOpt,
     RadiusOpt,
     TemporalOpt,
+    TilesOpt,
     VersionOpt,
     shot_names,
 )
@@ -113,6 +114,7 @@ def submit(
     ] = False,
     nonfinite: NonfiniteOpt = SPEC_DEFAULTS["nonfinite"],
     exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
+    tiles: TilesOpt = SPEC_DEFAULTS["tiles"],
     temporal: TemporalOpt = SPEC_DEFAULTS["temporal"],
     temporal_radius: RadiusOpt = SPEC_DEFAULTS["temporal_radius"],
     as_json: JsonOpt = False,
@@ -139,6 +141,7 @@ def submit(
         "tiling": {"overlap": overlap},
         "nonfinite": nonfinite,
         "exr_layout": exr_layout,
+        "tiles": tiles,
         "temporal": temporal,
         "temporal_radius": temporal_radius,
     }

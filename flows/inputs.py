@@ -13,9 +13,16 @@ import os
 from dataclasses import dataclass
 
 from schemas.settings import Settings
-from schemas.spec import ShotSpec, SpecError, check_paths, is_really_under, resolved
+from schemas.spec import (
+    TILES_KEY,
+    ShotSpec,
+    SpecError,
+    check_paths,
+    is_really_under,
+    resolved,
+)
 from storage.errors import FrameError
-from storage.exr_layout import exr_layout, first_exr
+from storage.exr_layout import exr_attribute, exr_layout, first_exr
 from storage.frame import Frame
 from storage.location import Location
 from storage.plate_reader import read_plate_frame
@@ -61,9 +68,9 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = output_problems(paths) + frames_outside_roots(sequence, settings.roots)
     if problems:
         raise SpecError("\n".join(problems))
-    layout_problem = exr_layout_problem(spec, paths)
-    if layout_problem:
-        raise SpecError(layout_problem)
+    setting_problem = exr_layout_problem(spec, paths) or tiles_problem(spec, paths)
+    if setting_problem:
+        raise SpecError(setting_problem)
     source = source_paths(spec, outputs, sequence.padding)
     header = first_readable(sequence)
     colorspace, guessed, note = colourspace(spec, header)
@@ -101,6 +108,26 @@ def exr_layout_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
         f"{written}: version {spec.version} of {spec.shot_path} was written with exr_layout "
         f"{layout}, this submit asks for {spec.exr_layout}; submit it with exr_layout "
         f"{layout}, or as a new version"
+    )
+
+
+def tiles_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
+    """Why the version's EXRs cannot take ``spec.tiles`` (None: they can). The person gate
+    changes the pixels off the people, so one version holds frames of one setting; EXRs
+    written before the gate (no ``TILES_KEY``) ran every tile. A stabilised version runs no
+    tiles: its frames follow its source's."""
+    if spec.stabilised:
+        return None
+    written = first_exr(paths.location, paths.exr_glob)
+    if written is None:
+        return None
+    tiles = exr_attribute(paths.at(written), TILES_KEY) or "all"
+    if tiles == spec.tiles:
+        return None
+    return (
+        f"{written}: version {spec.version} of {spec.shot_path} was made with tiles {tiles}, "
+        f"this submit asks for tiles {spec.tiles}; submit it with --tiles {tiles}, or as a "
+        "new version"
     )
 
 

@@ -81,6 +81,8 @@ class Pass:
     person_mask: bool = False
     side_file: OutputKind | None = None
     class_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A tiled pass's model output where the person gate ran no tile (None: never gated).
+    background: Literal["zeros", "background_class"] | None = None
 
     @property
     def scene_linear(self) -> bool:
@@ -108,6 +110,7 @@ PASSES: tuple[Pass, ...] = (
         preview="vectors",
         qc="angle",
         nuke_note="camera-space unit normals",
+        background="zeros",
         nuke_colour="0x4c5a78ff",
     ),
     Pass(
@@ -196,6 +199,7 @@ PASSES: tuple[Pass, ...] = (
         preview="colour",
         qc="mean_absolute",
         nuke_note="scene-linear",
+        background="zeros",
         nuke_colour="0x7a6a4cff",
     ),
     Pass(
@@ -209,6 +213,7 @@ PASSES: tuple[Pass, ...] = (
         preview="alpha",
         qc="absolute",
         nuke_note="person alpha",
+        background="zeros",
         person_mask=True,
     ),
     Pass(
@@ -246,6 +251,7 @@ PASSES: tuple[Pass, ...] = (
         qc="labels",
         nuke_note="body parts: Cryptomatte + class index",
         nuke_colour="0x6e4c70ff",
+        background="background_class",
         person_mask=True,
     ),
     Pass(

@@ -30,6 +30,8 @@ MODEL_SIZES: tuple[str, ...] = (
 )  # fmt: skip
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Temporal = Literal["per_frame", "stabilize"]
+Tiles = Literal["people", "all"]
+TILES_KEY = "svfx/tiles"  # the EXR attribute that records a frame's tiles setting
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
@@ -122,6 +124,12 @@ class ShotSpec(BaseModel):
         description="multipart: one EXR part per layer (Nuke reads each on its own); single: "
         "every layer in one part, for readers that take only a file's first part "
         "(cryptomatte-api and others outside Nuke)",
+    )
+    tiles: Tiles = Field(
+        "people",
+        description="people: a cheap look at the whole frame finds the people and the tiled "
+        "passes run only on tiles near them (elsewhere each pass's background value); all: "
+        "every tile of every frame",
     )
     temporal: Temporal = Field(
         "per_frame",
@@ -303,6 +311,8 @@ class ShotSpec(BaseModel):
             relevant["nonfinite"] = self.nonfinite
         if self.exr_layout != "multipart":  # the same bytes otherwise: keys stay valid
             relevant["exr_layout"] = self.exr_layout
+        if self.tiles != "all":  # every tile ran before the gate: those keys stay valid
+            relevant["tiles"] = self.tiles
         if self.stabilised:  # a stabilised version's bytes depend on how it was fused
             relevant["temporal"] = {
                 "source_version": self.source_version,

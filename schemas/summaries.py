@@ -47,6 +47,8 @@ class FrameSummary:
     sources: list[tuple[str, int]] = field(default_factory=list)
     # what was noticed but did not fail the frame (motion: a side left at zero vectors, why)
     notes: list[str] = field(default_factory=list)
+    # tiles the tiled passes ran and the person gate skipped, summed over the passes
+    tiles: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,18 +17,32 @@ from storage.location import Location, Where, as_location
 from storage.native_output import captured_native_output
 
 
-def exr_layout(where: Where) -> ExrLayout:
-    """The layout of the EXR at ``where``: "multipart" or "single"; StorageError naming it
-    when it is not an EXR this platform wrote."""
-    location = as_location(where)
+def _parts(location: Location) -> list[OpenEXR.Part]:
+    """The parts of the EXR at ``location``, headers only; StorageError naming it."""
     fs, path = location.fs_and_path()
     try:
         with fs.open(path, "rb") as handle, captured_native_output(lambda _line: True):
-            parts = OpenEXR.File(handle, header_only=True).parts
+            return list(OpenEXR.File(handle, header_only=True).parts)
     except OSError as exc:  # not there, no permission, an object store's refusal
         raise StorageError(f"{location.uri}: cannot read it: {exc}") from exc
     except (RuntimeError, ValueError, TypeError) as exc:
         raise StorageError(f"{location.uri}: not a readable OpenEXR file ({exc})") from exc
+
+
+def exr_attribute(where: Where, key: str) -> str | None:
+    """The string attribute ``key`` of the first part of the EXR at ``where`` (None when it
+    has none); StorageError naming the file when it cannot be read."""
+    value = _parts(as_location(where))[0].header.get(key)
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def exr_layout(where: Where) -> ExrLayout:
+    """The layout of the EXR at ``where``: "multipart" or "single"; StorageError naming it
+    when it is not an EXR this platform wrote."""
+    location = as_location(where)
+    parts = _parts(location)
     if len(parts) > 1 or CONTENT_KEY in parts[0].header:
         return "multipart"
     if any(str(key).startswith(CONTENT_KEY + "/") for key in parts[0].header):

@@ -157,7 +157,10 @@ class FrameBlender:
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        fill: Sequence[float] | None = None,
     ) -> None:
+        """``fill``: a value per channel for pixels no tile covers (the person gate's
+        background); without it every pixel must be covered (``result`` raises)."""
         if height < 1 or width < 1:
             raise ValueError(f"cannot blend into an empty frame of {height}x{width} (h x w)")
         if channels < 1:
@@ -167,17 +170,29 @@ class FrameBlender:
         self.channels = channels
         self.device = torch.device(device)
         self._mean = torch.zeros((channels, height, width), dtype=dtype, device=self.device)
+        if fill is not None:
+            if len(fill) != channels:
+                raise ValueError(f"fill has {len(fill)} values for {channels} channels")
+            for channel, value in enumerate(fill):
+                if value != 0.0:
+                    self._mean[channel].fill_(value)
+        self._filled = fill is not None
         self._weight_sum = torch.zeros((height, width), dtype=torch.float32, device=self.device)
         self._boxes: list[Region] = []
         self._scratch: Tensor | None = None
 
     @classmethod
     def for_plan(
-        cls, plan: FramePlan, channels: int, *, device: torch.device | str = "cpu"
+        cls,
+        plan: FramePlan,
+        channels: int,
+        *,
+        device: torch.device | str = "cpu",
+        fill: Sequence[float] | None = None,
     ) -> FrameBlender:
         if not plan.tiles:
             raise ValueError(f"the {plan.pass_name} plan has no tiles to blend ({plan.note})")
-        return cls(plan.height, plan.width, channels, device=device)
+        return cls(plan.height, plan.width, channels, device=device, fill=fill)
 
     def add(self, tile: Tile, values: Tensor) -> None:
         """Blend one tile's model output, (C, h, w) shaped like the tile array."""
@@ -264,16 +279,21 @@ class FrameBlender:
         return self._weight_sum > 0
 
     def result(self) -> Tensor:
-        """The blended frame, (C, H, W); raises if any pixel was covered by no tile.
+        """The blended frame, (C, H, W); a pixel no tile covered holds the fill, or raises
+        when there is none.
 
         Returns the accumulator itself, not a copy: do not add more tiles afterwards.
         """
         whole = Region(0, 0, self.height, self.width)
-        gaps = [
-            band
-            for band in covered_bands(whole, self._boxes)
-            if band.partial or (band.c0, band.c1) != (0, self.width)
-        ]
+        gaps = (
+            []
+            if self._filled
+            else [
+                band
+                for band in covered_bands(whole, self._boxes)
+                if band.partial or (band.c0, band.c1) != (0, self.width)
+            ]
+        )
         if gaps:
             rows = ", ".join(f"{band.r0}-{band.r1 - 1}" for band in gaps[:3])
             raise ValueError(

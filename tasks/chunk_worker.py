@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
 from schemas import passes as pass_table
-from schemas.spec import ShotSpec
+from schemas.spec import TILES_KEY, ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
 from storage.zarr_writer import ShotStoreWriter
 from tasks.checkpoints import seg_class_names
@@ -268,6 +268,7 @@ class _ChunkRunner:
                 else ""
             )
         )
+        provenance[TILES_KEY] = self.spec.tiles
         provenance["svfx/precision"] = str(self.predictor.dtype).removeprefix("torch.")
         provenance["svfx/precisionReason"] = self.precision_reason
         if self.compiled:

@@ -48,6 +48,7 @@ from tasks.frame_reading import ReadFrame
 from tasks.host_transfer import HostTransfer
 from tasks.normal_rotation import rotate_normals, tile_rotation
 from tasks.person_boxes import boxes_from_mask
+from tasks.person_gate import PersonGate, PersonLook, background_values
 from tasks.plate_flow import to_plate
 from tasks.tiling import extract_tiles, plan_frame
 
@@ -68,6 +69,7 @@ class FrameInference:
         self.predictor = predictor
         self.device = predictor.device
         self.class_names = class_names
+        self.gate = PersonGate.for_job(spec, predictor)
 
     @torch.inference_mode()
     def run(self, group: Sequence[ReadFrame]) -> list[InferredFrame]:
@@ -92,8 +94,9 @@ class FrameInference:
         boxes_from = next(
             (n for n in pass_table.PERSON_MASK_FROM if n in self.spec.model_passes), None
         )
+        looks = self._look(group, frames)
         for spec in (p for p in wanted if p.inference == "tiled"):
-            blended = self._blend(spec, frames, focals)
+            blended = self._blend(spec, frames, focals, looks, group)
             for i, read in enumerate(group):
                 if masked and spec.name == boxes_from:
                     masks[i] = _foreground(spec, blended[i])
@@ -129,19 +132,60 @@ class FrameInference:
         aspect = read.plate.pixel_aspect
         return desqueeze(rgb, aspect) if abs(aspect - 1.0) > 1e-6 else rgb
 
+    def _look(
+        self, group: Sequence[ReadFrame], frames: Sequence[Tensor]
+    ) -> list[PersonLook | None]:
+        """Where each frame's people are (None: every tile runs), noted on each frame."""
+        if self.gate is None or isinstance(self.gate, str):
+            note = self.gate
+            looks: list[PersonLook | None] = [None] * len(group)
+        else:
+            looks, note = self.gate.look(frames)
+        for read, look in zip(group, looks, strict=True):
+            if note:
+                read.summary.notes.append(note)
+            if look is not None and not look.found:
+                read.summary.notes.append(
+                    "person gate: no person found; the tiled passes hold their background"
+                )
+        return looks
+
     def _blend(
-        self, spec: pass_table.Pass, frames: Sequence[Tensor], focals: Sequence[float | None]
+        self,
+        spec: pass_table.Pass,
+        frames: Sequence[Tensor],
+        focals: Sequence[float | None],
+        looks: Sequence[PersonLook | None],
+        group: Sequence[ReadFrame],
     ) -> list[Tensor]:
-        """One tiled pass of every frame, blended on the device: (C, H, W') each."""
+        """One tiled pass of every frame, blended on the device: (C, H, W') each. Where a
+        frame has a look, only the tiles near its people run; the rest is background."""
         name = spec.name
         height, width = frames[0].shape[1:]
         tile_hw = self.spec.tiling.tile_hw(self.predictor.infos[name].input_hw)
         overlap = self.spec.tiling.overlap_for(tile_hw)
         plan = plan_frame(height, width, name, tile_hw, overlap)
-        blenders: list[FrameBlender | None] = [None] * len(frames)
+        fill = None if spec.background is None else background_values(spec, self.class_names)
+        gated = any(look is not None for look in looks)
+        blenders: list[FrameBlender | None] = [
+            FrameBlender.for_plan(plan, len(fill), device=self.device, fill=fill)
+            if gated and fill is not None
+            else None
+            for _ in frames
+        ]
         # (frame, tile) pairs across the group, one model batch at a time: tiles of several
         # frames share a batch, and only one batch of outputs is held at once
-        work = [(i, t) for i in range(len(frames)) for t in range(len(plan.tiles))]
+        work = [
+            (i, t)
+            for i, look in enumerate(looks)
+            for t, tile in enumerate(plan.tiles)
+            if look is None or look.touches(tile.box)
+        ]
+        for i, read in enumerate(group):
+            ran = sum(1 for j, _ in work if j == i)
+            tiles = read.summary.tiles
+            tiles["run"] = tiles.get("run", 0) + ran
+            tiles["skipped"] = tiles.get("skipped", 0) + len(plan.tiles) - ran
         for start in range(0, len(work), self.spec.batch_size):
             batch = work[start : start + self.spec.batch_size]
             tiles = torch.cat([extract_tiles(frames[i], plan, [t]) for i, t in batch])

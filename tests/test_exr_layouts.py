@@ -232,7 +232,12 @@ def test_cryptomatte_api_cannot_read_a_multipart_file_whose_first_part_is_anothe
 
 def _spec(layout: ExrLayout) -> ShotSpec:
     return ShotSpec(
-        plate="/p/plate.####.exr", show="x", sequence="sq", shot="sh010", exr_layout=layout
+        plate="/p/plate.####.exr",
+        show="x",
+        sequence="sq",
+        shot="sh010",
+        exr_layout=layout,
+        tiles="all",  # as every output was made before the person gate
     )
 
 

@@ -78,6 +78,8 @@ class ChunkRecording(CatalogTransactions):
                         "error": f.error,
                         "timings": json_safe(f.timings),
                         "worker": chunk.worker,
+                        "tiles_run": f.tiles.get("run"),
+                        "tiles_skipped": f.tiles.get("skipped"),
                     }
                     for f in chunk.frames
                 ),

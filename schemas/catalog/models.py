@@ -203,6 +203,10 @@ class JobFrame(Base):
     error: Mapped[str | None] = mapped_column(Text)
     timings: Mapped[dict[str, Any]]
     worker: Mapped[str | None] = mapped_column(String(256))
+    # the tiles its tiled passes ran and the person gate skipped (NULL: recorded before the
+    # gate, or a frame that ran no model)
+    tiles_run: Mapped[int | None] = mapped_column(Integer)
+    tiles_skipped: Mapped[int | None] = mapped_column(Integer)
 
 
 class Provenance(Base):

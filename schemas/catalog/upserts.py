@@ -101,7 +101,10 @@ def upsert_job_frames(conn: Connection, rows: Iterable[dict[str, Any]], *, repla
     if replace:
         stmt = ins.on_conflict_do_update(
             index_elements=["job_id", "frame"],
-            set_={key: ins.excluded[key] for key in ("status", "error", "timings", "worker")},
+            set_={
+                key: ins.excluded[key]
+                for key in ("status", "error", "timings", "worker", "tiles_run", "tiles_skipped")
+            },
         )
     else:
         stmt = ins.on_conflict_do_nothing(index_elements=["job_id", "frame"])
