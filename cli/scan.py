@@ -54,6 +54,12 @@ def scan(
             f"{SPEC_DEFAULTS['exr_layout']})"
         ),
     ] = None,
+    tiles: Annotated[
+        str | None,
+        typer.Option(
+            help=f"{spec_help('tiles')} (default SVFX_SCAN_TILES, else {SPEC_DEFAULTS['tiles']})"
+        ),
+    ] = None,
     settle: Annotated[
         float | None, typer.Option(help="seconds since an object's last write before use")
     ] = None,
@@ -85,6 +91,7 @@ def scan(
         output_root=output or settings.output_root,
         colorspace=colorspace,
         exr_layout=exr_layout or settings.scan_exr_layout,
+        tiles=tiles or settings.scan_tiles,
         settle_seconds=settings.scan_settle_s if settle is None else settle,
         max_in_flight=max_in_flight or settings.scan_max_in_flight,
     )

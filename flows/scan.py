@@ -54,6 +54,7 @@ class ScanDefaults:
     output_root: str | None = None
     version: str = ShotSpec.model_fields["version"].default
     exr_layout: str = ShotSpec.model_fields["exr_layout"].default
+    tiles: str = ShotSpec.model_fields["tiles"].default
     colorspace: str | None = None
     checkpoint_root: str | None = None
     settle_seconds: float = 120.0
@@ -356,6 +357,7 @@ def _spec_for(sequence: FoundSequence, defaults: ScanDefaults) -> ShotSpec:
         "output_root": defaults.output_root,
         "version": defaults.version,
         "exr_layout": defaults.exr_layout,
+        "tiles": defaults.tiles,
         "colorspace": defaults.colorspace,
         "checkpoint_root": defaults.checkpoint_root,
         "submitter": defaults.submitter,

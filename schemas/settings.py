@@ -32,7 +32,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from schemas.spec import ShotSpec
+from schemas.spec import ShotSpec, Tiles
 from storage.layers import ExrLayout
 
 if TYPE_CHECKING:
@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     scan_exr_layout: ExrLayout = Field(
         ShotSpec.model_fields["exr_layout"].default,
         description=ShotSpec.model_fields["exr_layout"].description,
+    )
+    # Whether scanned shots run tiles only near people: ShotSpec.tiles' values and default.
+    scan_tiles: Tiles = Field(
+        ShotSpec.model_fields["tiles"].default,
+        description=ShotSpec.model_fields["tiles"].description,
     )
     # The size model size "auto" prefers when the checkpoint root has it for every pass.
     model_size: str | None = None
