@@ -279,3 +279,14 @@ def person_plate(height: int, width: int, frame: int = 0, grain: float = 0.01) -
         plate += inside * (colour - plate)
     plate += rng.normal(0.0, grain, plate.shape).astype(np.float32)
     return np.clip(plate, 0.0, None)
+
+
+def figure_look(frames: Tensor, look: Tensor) -> Tensor:
+    """The person gate's stand-in for ``person_plate`` figures (``SVFX_PERSON_GATE=
+    bench.standins:figure_look``): untrained weights find no person, but the figure is warm
+    over a blue-grey ground, so its pixels are those whose red exceeds their blue by 0.2 (in
+    scene-linear and display encodings alike). Returns its coverage of each pixel of the model's
+    look, (B, h, w), as a model that saw exactly the figure would; the look itself (its cost)
+    has run before."""
+    figure = ((frames[:, 0] - frames[:, 2]) > 0.2).float()[:, None]
+    return F.interpolate(figure, size=look.shape[-2:], mode="area")[:, 0]

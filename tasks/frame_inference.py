@@ -136,12 +136,15 @@ class FrameInference:
         self, group: Sequence[ReadFrame], frames: Sequence[Tensor]
     ) -> list[PersonLook | None]:
         """Where each frame's people are (None: every tile runs), noted on each frame."""
+        t0 = time.perf_counter()
         if self.gate is None or isinstance(self.gate, str):
             note = self.gate
             looks: list[PersonLook | None] = [None] * len(group)
         else:
             looks, note = self.gate.look(frames)
+        share = (time.perf_counter() - t0) / len(group)
         for read, look in zip(group, looks, strict=True):
+            read.summary.timings["look"] = share
             if note:
                 read.summary.notes.append(note)
             if look is not None and not look.found:
