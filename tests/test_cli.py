@@ -139,6 +139,12 @@ def test_passes_that_run_no_model_alone_are_refused(home, plate):
     assert_refused(result, "passes motion run no model", "--passes motion,normal")
 
 
+def test_an_unknown_tiles_setting_is_refused(home, plate):
+    result = submit(plate, "--tiles", "faces")
+    assert_refused(result, "tiles", "'people' or 'all'")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
 def test_an_unknown_model_size_is_refused(home, plate):
     result = submit(plate, "--model-size", "3b")
     assert_refused(result, "unknown model size '3b'", "tiny")

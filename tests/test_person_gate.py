@@ -228,3 +228,43 @@ def test_a_resubmit_with_another_tiles_setting_than_the_versions_files_is_refuse
     assert problem.startswith(paths.exr(1001))
     assert "version v001 of s/q/h" in problem
     assert f"made with tiles {written}, this submit asks for tiles {other}" in problem
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_through_the_flow_the_catalog_records_each_frames_tiles(tmp_path, monkeypatch, prefect_api):
+    from distributed import Client, LocalCluster
+    from sqlalchemy import select
+
+    from bench.io import write_plates
+    from flows.process_shot import process_shot
+    from schemas.catalog import open_catalog
+    from schemas.catalog.models import JobFrame
+    from storage.exr_layout import exr_attribute
+    from tests.shot_helpers import spec_data
+
+    monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.setenv("SVFX_ALLOWED_ROOTS", str(tmp_path))
+    monkeypatch.delenv("SVFX_CATALOG_URL", raising=False)
+    monkeypatch.delenv("SVFX_CHECKPOINT_ROOT", raising=False)
+    monkeypatch.setenv(PLUGIN_VARIABLE, "bench.standins:figure_look")  # workers inherit it
+    pattern = write_plates(tmp_path / "plates", 360, 640, 2, "realistic")
+    spec = spec_data(pattern, tmp_path / "out", passes=["normal", "seg"], colorspace="lin_rec709")
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as local,
+        Client(local),
+    ):
+        result = process_shot(spec, local.scheduler_address)
+    assert result["status"] == "complete", result["failed"]
+    catalog = open_catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    with catalog.engine.connect() as conn:
+        rows = conn.execute(select(JobFrame.frame, JobFrame.tiles_run, JobFrame.tiles_skipped))
+        tiles = {frame: (run, skipped) for frame, run, skipped in rows}
+    plan = plan_frame(360, 640, "normal", (256, 192), 48)
+    assert set(tiles) == {1001, 1002}
+    for run, skipped in tiles.values():  # two passes; the figure is in the middle third
+        assert run + skipped == 2 * len(plan.tiles) and run > 0 and skipped > 0
+    exr = sorted((tmp_path / "out").rglob("*.exr"))[0]
+    assert exr_attribute(str(exr), "svfx/tiles") == "people"
