@@ -7,7 +7,9 @@ Input: float RGB in [0, 1] in the model's encoding, any H and W. Each pass is pr
 upstream prepares it (letterbox for normal/pointmap/albedo, stretch for segmentation and
 matting), run in sub-batches of `batch_size` (halved when the device runs out of memory; on
 a CPU at most `CPU_PIXELS_PER_CALL` of input per call, see `sub_batch`), post-processed on the
-device and brought back to the input size. `predict_batch` keeps everything on the device,
+device and brought back to the input size. A compiled model's calls are padded to that
+sub-batch size (copies of the last input, their outputs dropped), so it sees one shape per
+pass and compiles once. `predict_batch` keeps everything on the device,
 channels first (what the platform's workers use); `predict` takes and returns numpy, channels
 last:
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,10 +88,14 @@ class Predictor:
         batch_size: int = 4,
         compile: bool = False,
         expected_tasks: Mapping[str, str | None] | None = None,
+        pad_batches: bool | None = None,
     ) -> None:
         """``models`` by the caller's names; ``expected_tasks`` (name -> task, None for a
         pretrain backbone), when given, must name every model and match the task each was
-        made for."""
+        made for. ``pad_batches``: every call of a model takes exactly its sub-batch size, a
+        short batch padded (see ``_network``); None (the default) pads the compiled models,
+        which would compile again for every new batch size, and not the eager ones, which
+        would only compute the padding for nothing."""
         if not models:
             raise ValueError("a predictor needs at least one model")
         first = next(iter(models.values()))
@@ -118,6 +125,10 @@ class Predictor:
                 compile_model(model)
             self.models[name] = model
             self.infos[name] = info
+        self.padded = {
+            name: is_compiled(model) if pad_batches is None else pad_batches
+            for name, model in self.models.items()
+        }
         self.timer = DeviceTimer(self.device)
         self._fitting: dict[tuple[str, int, int], int] = {}  # sub-batch size that fitted
 
@@ -164,7 +175,9 @@ class Predictor:
 
         The batch runs in sub-batches of `batch_size`. A sub-batch the device has no memory
         for is halved and retried, down to one input; the size that fitted is kept for later
-        batches of the same pass and input size. One input that does not fit raises
+        batches of the same pass and input size, and a padded model's short sub-batches are
+        padded to it (one shape per pass and input size, whatever the batch: the last of a
+        frame's tiles, the last group of a chunk). One input that does not fit raises
         DeviceMemoryError naming the pass and the size.
         """
         if name not in self.models:
@@ -178,7 +191,7 @@ class Predictor:
         start = 0
         while start < x01.shape[0]:
             try:
-                chunk = self._run(name, x01[start : start + size])
+                chunk = self._run(name, x01[start : start + size], size)
             except torch.OutOfMemoryError as exc:
                 release_cached_memory(self.device)
                 if size == 1:
@@ -199,22 +212,36 @@ class Predictor:
             start += size
         return {k: v[0] if len(v) == 1 else torch.cat(v) for k, v in parts.items()}
 
+    def _network(self, name: str, x: Tensor, size: int) -> Any:
+        """The model's output for a batch of ``x``'s normalised inputs. A padded model always
+        takes ``size`` inputs: a shorter batch is made up with copies of its last input (real
+        values, so no kernel sees an input unlike the others) and their outputs dropped; the
+        outputs of the real inputs are those of an unpadded call up to the last bits a
+        batch-size-dependent kernel may change (``tests/test_predictor.py``)."""
+        short = size - x.shape[0] if self.padded[name] else 0
+        if short > 0:
+            x = torch.cat([x, x[-1:].expand(short, *x.shape[1:])])
+        with self.timer.measure():
+            raw = self.models[name](x.to(self.dtype))
+        if short <= 0:
+            return raw
+        real = size - short
+        return tuple(r[:real] for r in raw) if isinstance(raw, tuple) else raw[:real]
+
     @torch.inference_mode()
-    def _run(self, name: str, x01: Tensor) -> dict[str, Tensor]:
-        model, info = self.models[name], self.infos[name]
+    def _run(self, name: str, x01: Tensor, size: int) -> dict[str, Tensor]:
+        info = self.infos[name]
         task = info.task
         if task is None:  # a pretrain backbone: its feature map
             padded, _ = pad_to_multiple(x01, info.backbone.input_multiple)
-            with self.timer.measure():
-                return {name: model(normalize(padded).to(self.dtype)).float()}
+            return {name: self._network(name, normalize(padded), size).float()}
         # v1 resizes every dense input plainly to 1024x768 (reference §3), Sapiens2 letterboxes.
         boxed = task in LETTERBOXED and info.family == "sapiens2"
         prepare = letterbox if boxed else stretch
         canvas, geom = prepare(x01, info.input_hw)
         canvas, (pb, pr) = pad_to_multiple(canvas, info.backbone.input_multiple)
         geom = geom.padded(pb, pr)  # `restore` then drops this padding too
-        with self.timer.measure():
-            raw = model(normalize(canvas).to(self.dtype))
+        raw = self._network(name, normalize(canvas), size)
         if task == NORMAL:
             return {name: post.unit_normals(restore(post.unit_normals(raw.float()), geom))}
         if task == ALBEDO:
@@ -253,22 +280,22 @@ class Predictor:
         posed = [name for name, info in self.infos.items() if info.task == POSE]
         if not posed:
             raise ValueError("no pose model loaded")
-        model, info = self.models[posed[0]], self.infos[posed[0]]
+        name, info = posed[0], self.infos[posed[0]]
+        crops_per_call = 2 * sub_batch(self.batch_size, self.device, info.input_hw)
         if channels_first:
             img = torch.as_tensor(image).to(device=self.device, dtype=torch.float32)
         else:
             img = to_batch(image, self.device)[0]
 
         def run(crops: Tensor) -> Tensor:
-            with self.timer.measure():
-                return model(normalize(crops).to(self.dtype)).float()
+            return self._network(name, normalize(crops), crops_per_call).float()
 
         return estimate_pose(
             run,
             img,
             boxes_xyxy,
             flip_test=flip_test,
-            batch_size=2 * sub_batch(self.batch_size, self.device, info.input_hw),
+            batch_size=crops_per_call,
             input_hw=info.input_hw,
             num_keypoints=info.head.out_channels if info.head else 308,
         )
@@ -282,6 +309,15 @@ def _host(value: Tensor, channels_last: bool, squeeze: bool) -> np.ndarray:
         if squeeze:
             value = value[..., 0]
     return value.float().contiguous().cpu().numpy()
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """Whether ``model``, or a part of it, runs compiled: ``torch.compile``'d whole, or a
+    module compiled in place (``nn.Module.compile``, as ``sapiens.torch_compile`` does; a
+    part that gave up compiling has its compiled call removed again)."""
+    if hasattr(model, "_orig_mod"):  # torch.compile(model)'s wrapper
+        return True
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
 def release_cached_memory(device: torch.device) -> None:

@@ -1,27 +1,29 @@
 """``torch.compile`` on a worker: whether it compiles a model, where its compiled code is kept,
 and never a crash because of it.
 
-``SVFX_COMPILE`` unset (or ``auto``): a CPU worker compiles each model whose input is a real
-model's (at least 1024x768 pixels; the tiny stand-ins run eagerly) when the node has a C++
-compiler; a GPU worker does not (not yet measured through the flow).
-``1`` compiles every model, ``0`` none. On a CPU a model then sees one input shape only (one
-input per call: ``sapiens.predictor.sub_batch``), so it compiles once. Measured on a 2-core
-Xeon with AMX, bf16: a 1080p shot of every pass at Sapiens2-0.1b through the flow in 261.9 s
-against 366.4 eager (1.40x), after 108 s of compiling six models cold in each worker
-(``python -m bench.shot --frames 4 --chunk-frames 2 --model-size 0.1b --compile``); the 1b
-backbone 9.35 against 12.65 s per image (``python -m bench.model --sizes 1b --compile``).
+``SVFX_COMPILE`` unset (or ``auto``): a worker compiles each model whose input is a real
+model's (at least 1024x768 pixels; the tiny stand-ins run eagerly) where the node can build
+compiled code: a CPU worker with a C++ compiler, a CUDA worker with Triton and the C compiler
+Triton builds its launchers with; other devices run eagerly. ``1`` compiles every model,
+``0`` none. A compiled model sees one input shape per pass: the predictor pads every call to
+its sub-batch size, one input on a CPU (``sapiens.predictor.sub_batch``), the batch size on
+a GPU, or the halved size that fitted after an out-of-memory; so it compiles once per pass.
+What it gains, on CPUs and GPUs: the README's performance section.
 
 Compiled code is kept under ``$SVFX_HOME/compile-cache/torch-<version>`` (torch's default,
-a folder under /tmp, when SVFX_HOME is unset), so a worker's later processes, and the next
-shot's, load it instead of compiling again, and a cache made by another torch version is
-never read. A cache of ours that fails to load (corrupt, half-written) is deleted and the
-code compiled again, once (one the user chose with TORCHINDUCTOR_CACHE_DIR is left alone); a
-part that still does not compile (no C++ compiler on the node) runs eagerly, and the
-worker's log says why (``sapiens.torch_compile``).
+a folder under /tmp, when SVFX_HOME is unset): inductor's FX graph cache, the AOT autograd
+cache and Triton's kernels, all under ``TORCHINDUCTOR_CACHE_DIR``. A worker's later
+processes, its neighbours on the node, and the next shot's load it instead of compiling again
+(dynamo still traces each process's models, seconds), and a cache made by another torch
+version is never read. A cache of ours that fails to load (corrupt, half-written) is deleted
+and the code compiled again, once (one the user chose with TORCHINDUCTOR_CACHE_DIR is left
+alone); a part that still does not compile runs eagerly, and the worker's log says why
+(``sapiens.torch_compile``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -51,10 +53,12 @@ def compile_wanted(device: torch.device, input_hw: tuple[int, int]) -> tuple[boo
         return False, f"{COMPILE_ENV}={value}"
     if value not in ("", "auto"):
         return False, f"{COMPILE_ENV}={value!r} is not 1, 0 or auto"
-    if device.type != "cpu":
-        return False, f"auto: compiling is chosen on CPU workers only ({COMPILE_ENV}=1 forces it)"
+    if device.type not in ("cpu", "cuda"):
+        return False, f"auto: {device.type} workers run eagerly ({COMPILE_ENV}=1 forces compiling)"
     if input_hw[0] * input_hw[1] < CPU_PIXELS_PER_CALL:  # a stand-in's input
         return False, f"auto: a {input_hw[1]}x{input_hw[0]} (w x h) stand-in runs eagerly"
+    if device.type == "cuda":
+        return gpu_compile_possible()
     compiler = cpp_compiler()
     if compiler is None:
         return False, "auto: no C++ compiler on this node (g++, c++ or clang++, or CXX)"
@@ -71,6 +75,18 @@ def cpp_compiler() -> str | None:
     return None
 
 
+def gpu_compile_possible() -> tuple[bool, str]:
+    """Whether inductor can build CUDA code on this node: Triton installed, and the C compiler
+    Triton builds each kernel's launcher with (its own lookup: CC, else gcc, else clang)."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "auto: Triton is not installed (torch's CUDA wheels bring it)"
+    named = os.environ.get("CC")
+    compiler = shutil.which(named) if named else shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        return False, "auto: no C compiler for Triton on this node (gcc or clang, or CC)"
+    return True, f"auto: a CUDA worker, Triton and {compiler} found"
+
+
 def compile_cache_dir() -> Path | None:
     home = os.environ.get("SVFX_HOME")
     if not home:
@@ -84,6 +100,7 @@ def compile_for_worker(model: SapiensModel, label: str) -> SapiensModel:
     if cache is not None and CACHE_ENV not in os.environ:
         cache.mkdir(parents=True, exist_ok=True)
         os.environ[CACHE_ENV] = str(cache)
+    keep_compiled_code()
 
     def heal() -> None:
         if cache is None or os.environ.get(CACHE_ENV) != str(cache):
@@ -97,3 +114,14 @@ def compile_for_worker(model: SapiensModel, label: str) -> SapiensModel:
         log.warning("%s: runs uncompiled (torch.compile failed twice): %s", label, reason)
 
     return compile_model(model, heal=heal, on_eager=on_eager)
+
+
+def keep_compiled_code() -> None:
+    """Inductor's FX graph cache and the AOT autograd cache on (their environment switches,
+    TORCHINDUCTOR_FX_GRAPH_CACHE and TORCHINDUCTOR_AUTOGRAD_CACHE, still win): without them a
+    new process compiles every graph again even with the cache folder in place."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = True
+    torch._functorch.config.enable_autograd_cache = True

@@ -127,7 +127,7 @@ def test_the_cache_is_per_torch_version_under_svfx_home(monkeypatch, tmp_path: P
     assert compiled_models.compile_cache_dir() is None
 
 
-CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
 NATIVE, STAND_IN = (1024, 768), (256, 192)
 
 
@@ -142,15 +142,20 @@ NATIVE, STAND_IN = (1024, 768), (256, 192)
         ("auto", CPU, NATIVE, True),
         (None, CPU, (4096, 3072), True),
         (None, CPU, STAND_IN, False),
-        (None, CUDA, NATIVE, False),
+        (None, CUDA, NATIVE, True),
+        (None, CUDA, STAND_IN, False),
+        ("0", CUDA, NATIVE, False),
+        (None, MPS, NATIVE, False),
     ],
 )
-def test_compile_is_chosen_for_real_models_on_cpu_workers(
+def test_compile_is_chosen_for_real_models_on_cpu_and_cuda_workers(
     monkeypatch, value: str | None, device: torch.device, input_hw, wanted: bool
 ) -> None:
-    """By default a CPU worker compiles a real model (one input shape per call there, and
-    1.3-1.4x measured) and not a tiny stand-in; SVFX_COMPILE forces either way."""
+    """By default a CPU or CUDA worker compiles a real model (one input shape per pass, the
+    predictor pads its calls) and not a tiny stand-in; SVFX_COMPILE forces either way."""
     monkeypatch.setattr(compiled_models, "cpp_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(compiled_models.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(compiled_models.shutil, "which", lambda name: f"/usr/bin/{name}")
     if value is None:
         monkeypatch.delenv(compiled_models.COMPILE_ENV, raising=False)
     else:
@@ -171,3 +176,38 @@ def test_a_cpu_node_without_a_cpp_compiler_runs_real_models_uncompiled(monkeypat
     monkeypatch.setenv("CXX", "icpx")
     monkeypatch.setattr(compiled_models.shutil, "which", lambda name: f"/opt/bin/{name}")
     assert compiled_models.cpp_compiler() == "/opt/bin/icpx"
+
+
+def test_a_cuda_node_without_triton_or_a_c_compiler_runs_real_models_uncompiled(monkeypatch):
+    monkeypatch.delenv(compiled_models.COMPILE_ENV, raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(compiled_models.importlib.util, "find_spec", lambda name: None)
+    chosen, why = compiled_models.compile_wanted(CUDA, NATIVE)
+    assert not chosen and "Triton is not installed" in why
+    monkeypatch.setattr(compiled_models.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(compiled_models.shutil, "which", lambda name: None)
+    chosen, why = compiled_models.compile_wanted(CUDA, NATIVE)
+    assert not chosen and "no C compiler for Triton" in why
+    monkeypatch.setattr(compiled_models.shutil, "which", lambda name: f"/usr/bin/{name}")
+    chosen, why = compiled_models.compile_wanted(CUDA, NATIVE)
+    assert chosen and "/usr/bin/gcc" in why  # Triton's own choice: gcc before clang
+    monkeypatch.setenv("CC", "clang-18")
+    assert "/usr/bin/clang-18" in compiled_models.compile_wanted(CUDA, NATIVE)[1]
+
+
+def test_a_worker_keeps_its_compiled_graphs(monkeypatch, tmp_path: Path) -> None:
+    """The caches that let a new process load compiled code instead of compiling it are on,
+    in the folder under SVFX_HOME."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    monkeypatch.setenv("SVFX_HOME", str(tmp_path))
+    monkeypatch.delenv(compiled_models.CACHE_ENV, raising=False)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    monkeypatch.setattr(compiled_models, "compile_model", lambda model, **_kw: model)
+    net = _Net()
+    assert compiled_models.compile_for_worker(net, "net") is net
+    assert os.environ[compiled_models.CACHE_ENV] == str(compiled_models.compile_cache_dir())
+    assert torch._inductor.config.fx_graph_cache
+    assert torch._functorch.config.enable_autograd_cache
