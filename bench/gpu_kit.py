@@ -1,7 +1,10 @@
-"""The GPU kit: what an air-gapped GPU node needs, beyond its own Python, torch, numpy,
-safetensors, pytest and OpenCV, to run the CUDA checks and every GPU figure from this source tree
-(``pytest -m cuda tests/cuda`` and ``python -m bench.gpu``), as CPython 3.12 manylinux x86_64
-wheels in ``gpu-kit/wheels``, at most 64 MiB.
+"""The GPU kit: what an air-gapped GPU node needs, beyond its own Python, torch, numpy, SciPy,
+Pillow, safetensors, pytest and OpenCV, to run the whole product (``svfx submit``, ``svfx
+demo``, ``svfx worker``, one Dask worker per GPU through the ``gpu`` extra's dask-cuda), the
+CUDA checks and every GPU figure from this source tree (``pytest -m cuda tests/cuda``,
+``python -m bench.gpu``, ``python -m bench.shot``), as CPython 3.12 manylinux x86_64 wheels in
+``gpu-kit/wheels``, at most 64 MiB. One kit, this one: the bench's figures and the product
+need the same wheels but for a few.
 
 On a connected machine (the project's ``.venv``; ``make gpu-kit`` runs this)::
 
@@ -10,23 +13,26 @@ On a connected machine (the project's ``.venv``; ``make gpu-kit`` runs this)::
 Copy the source tree with ``gpu-kit/`` onto the node; there, from the tree's root, with the
 node's own Python (the one that has its CUDA torch)::
 
-    python3 -m bench.gpu_kit run                   # install from gpu-kit/, then both
+    python3 -m bench.gpu_kit run                   # install from gpu-kit/, then all three
     python3 -m bench.gpu_kit run --smoke --out /tmp/gpu   # small sizes, a quick check
-    python3 -m bench.gpu_kit install               # only install
+    python3 -m bench.gpu_kit install               # only install (``svfx`` then works)
 
-What goes in is derived, not listed: ``build`` runs the CUDA checks' imports and
-``bench.gpu --device cpu --smoke`` in a child process and takes the distributions of every
-module they loaded, with what those distributions require, less what the node brings (the
-closure of ``NODE_HAS``) and this project itself, each pinned to the version tested here.
-``install`` needs only the standard library and pip: a module the node must bring but lacks,
-or a wheel missing from the folder, is named before pip runs (exit 2), and pip itself names a
-requirement the node does not meet.
+What goes in is derived, not listed: ``build`` runs, each in a child process whose every
+Python process (Dask's workers and Prefect's server too) records the modules it loads, the
+CUDA checks' imports, ``bench.gpu --device cpu --smoke``, a small ``svfx demo`` and ``svfx
+worker --help``, and takes the distributions of the modules they loaded (not everything those
+declare: the declared closure is about 140 MiB), less what the node brings (the closure of
+``NODE_HAS``) and ``NOT_CARRIED`` (each with its reason); then the ``gpu`` extra's dask-cuda
+and what it imports (no CUDA here to trace it), and this project's own wheel (the ``svfx``
+command). Each is pinned to the version tested here. ``install`` needs only the standard
+library and pip and installs exactly that list (``--no-deps``: ``pip check`` names what was
+left out on purpose): a module the node must bring but lacks, or a wheel missing from the
+folder, is named before pip runs (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -38,15 +44,34 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parent.parent
 KIT = ROOT / "gpu-kit"
 # What the node brings, with everything those require: distribution -> the module that shows
-# it is there (any OpenCV build gives cv2). OpenCV is one of them because its wheel (61 MB)
-# would leave no room in 64 MiB, and GPU images carry it (the lent nodes' image does).
+# it is there (any OpenCV build gives cv2). OpenCV (61 MB), SciPy (35 MB) and Pillow (7 MB) are
+# among them because their wheels leave no room in 64 MiB, and CUDA images carry them (the lent
+# nodes' image does: torchvision requires Pillow).
 NODE_HAS = {
     "torch": "torch",
     "numpy": "numpy",
     "safetensors": "safetensors",
     "pytest": "pytest",
     "opencv-python-headless": "cv2",
+    "scipy": "scipy",
+    "pillow": "PIL",
 }
+# A CUDA build of torch brings these too (the CPU build here does not): dask-cuda's cuda-core
+# imports cuda.bindings.
+CUDA_TORCH_HAS = ("cuda-bindings", "cuda-pathfinder")
+# Declared by what the kit carries, or loaded by the trace here, and left out on purpose.
+NOT_CARRIED = {
+    "imageio-ffmpeg": "its ffmpeg binary is 65 MiB: clips use the node's ffmpeg on PATH, or "
+    "are skipped with one line",
+    "openimageio": "8 MiB, read only for plates that are not EXR (DPX, TIFF, ...): a node "
+    "reading those carries its wheel too",
+    "pandas": "dask-cuda declares it for dask-cudf; LocalCUDACluster and its workers do not "
+    "import it",
+    "rapids-dask-dependency": "dask-cuda's pin of dask and bokeh (the dashboard's, 6 MiB); "
+    "dask and distributed are carried at the release the platform pins",
+}
+PROJECT = "sapiens-vfx"
+GPU_EXTRA = "gpu"
 PROJECT = "sapiens-vfx"
 TARGET_PYTHON = "3.12"
 PLATFORMS = (  # manylinux tags a CPython 3.12 x86_64 node with glibc >= 2.28 takes
@@ -59,17 +84,31 @@ PLATFORMS = (  # manylinux tags a CPython 3.12 x86_64 node with glibc >= 2.28 ta
 MAX_BYTES = 64 * 2**20
 CUDA_TESTS = "tests/cuda"
 
-# Run in a child process (a fresh interpreter: only what these need is imported): the CUDA
-# checks' modules as pytest imports them, then bench.gpu's sections on the CPU, small.
-_TRACE = """
-import importlib, json, pathlib, sys
+# Each traced command runs with this as its sitecustomize: every Python process it starts
+# (Dask's workers, Prefect's server) appends the top-level name of each module it loads.
+_RECORDER = """
+import os, sys
+class _Recorder:
+    seen = {m.partition(".")[0] for m in sys.modules}
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top not in self.seen:
+            self.seen.add(top)
+            with open(os.environ["SVFX_KIT_TRACE"], "a") as log:
+                log.write(top + "\\n")
+with open(os.environ["SVFX_KIT_TRACE"], "a") as log:
+    log.write("\\n".join(sorted(_Recorder.seen)) + "\\n")
+sys.meta_path.insert(0, _Recorder())
+"""
+# The CUDA checks' modules as pytest imports them, then bench.gpu's sections on the CPU, small.
+_CHECKS = """
+import importlib, pathlib, sys
 sys.path.insert(0, {root!r})
 for path in sorted(pathlib.Path({tests!r}).glob("*.py")):
     importlib.import_module("tests.cuda." + path.stem if path.stem != "__init__" else "tests.cuda")
 import bench.gpu
 bench.gpu.main(["--device", "cpu", "--smoke", "--default-allocator", "--out", {out!r},
                 "--sections", "model,4k,attention,graphs,shot,temporal"])
-print("MODULES=" + json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
 """
 
 
@@ -81,18 +120,33 @@ def _name(dist: str) -> str:
 # ----------------------------------------------------------------------------- build
 
 
+def _traced_commands(out: str) -> list[list[str]]:
+    code = _CHECKS.format(root=str(ROOT), tests=str(ROOT / CUDA_TESTS), out=out)
+    svfx = [sys.executable, "-m", "cli"]
+    return [
+        [sys.executable, "-c", code],
+        [*svfx, "demo", "--frames", "3", "--size", "96x64"],  # the whole flow, every pass
+        [*svfx, "worker", "--help"],
+        [sys.executable, "-m", "bench.shot", "--frames", "2", "--size", "96x64", "--workers",
+         "1", "--chunk-frames", "1", "--passes", "normal"],
+    ]  # fmt: skip
+
+
 def traced_modules() -> list[str]:
-    """Top-level names of every module the CUDA checks and a small bench.gpu run load."""
-    with tempfile.TemporaryDirectory() as out:
-        code = _TRACE.format(root=str(ROOT), tests=str(ROOT / CUDA_TESTS), out=out)
-        done = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
-        )
-    if done.returncode != 0:
-        print(done.stdout, done.stderr, sep="\n", file=sys.stderr)
-        _refuse("tracing what the CUDA checks and bench.gpu import failed (its output above)")
-    line = next(x for x in done.stdout.splitlines() if x.startswith("MODULES="))
-    return json.loads(line.removeprefix("MODULES="))
+    """Top-level names of every module the traced commands' processes load."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "site").mkdir()
+        (Path(tmp) / "site" / "sitecustomize.py").write_text(_RECORDER)
+        log = Path(tmp) / "modules.txt"
+        env = {**os.environ, "SVFX_KIT_TRACE": str(log), "SVFX_HOME": str(Path(tmp) / "home"),
+               "PYTHONPATH": os.pathsep.join([str(Path(tmp) / "site"), str(ROOT)])}  # fmt: skip
+        for command in _traced_commands(tmp):
+            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  check=False)  # fmt: skip
+            if done.returncode != 0:
+                print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
+                _refuse(f"tracing `{' '.join(command[1:3])}` failed (its output above)")
+        return sorted(set(log.read_text().split()))
 
 
 def _requires(dist: str) -> list[str]:
@@ -138,39 +192,101 @@ def closure(dists: set[str]) -> set[str]:
     return seen
 
 
+def node_closure() -> set[str]:
+    """What the node brings: ``NODE_HAS`` with all they require, and a CUDA torch's own."""
+    return closure(set(NODE_HAS)) | set(CUDA_TORCH_HAS)
+
+
 def kit_requirements() -> list[str]:
-    """``name==version`` of every distribution the kit must carry, sorted."""
+    """``name==version`` of every distribution the traced commands loaded that the kit must
+    carry, sorted (this project and the ``gpu`` extra are added by ``build``)."""
     from importlib.metadata import packages_distributions, version
 
     owners = packages_distributions()
     loaded = {_name(d) for module in traced_modules() for d in owners.get(module, [])}
-    # this project's own modules run from the source tree: not its whole dependency list
-    needed = closure(loaded - {_name(PROJECT)}) - closure(set(NODE_HAS))
+    # only what the product requires: a package imported because it happens to be installed
+    # here (httpx's HTTP/2, a test library) stays out
+    declared = closure(set(_requires(PROJECT)) - set(NOT_CARRIED))
+    needed = (loaded & declared) - node_closure() - set(NOT_CARRIED)
     return sorted(f"{dist}=={version(dist)}" for dist in needed)
 
 
-def build(kit: Path) -> None:
-    requirements = kit_requirements()
-    wheels = kit / "wheels"
-    if wheels.exists():
-        for old in wheels.glob("*.whl"):
-            old.unlink()
-    wheels.mkdir(parents=True, exist_ok=True)
-    (kit / "requirements.txt").write_text("\n".join(requirements) + "\n")
+def gpu_extra(carried: set[str]) -> list[str]:
+    """The ``gpu`` extra's requirements (dask-cuda) and those of theirs that nothing else
+    brings, as pip requirements: not installed here (no CUDA), so resolved by pip."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    extra = [Requirement(t) for t in requires(PROJECT) or [] if f'extra == "{GPU_EXTRA}"' in t]
+    done = carried | node_closure() | set(NOT_CARRIED)
+    wanted = [str(r).split(";")[0] for r in extra]
+    for requirement in extra:
+        for text in _wheel_requires(requirement.name, str(requirement.specifier)):
+            dependency = Requirement(text)
+            if _name(dependency.name) not in done and dependency.marker is None:
+                wanted.append(str(dependency))
+    return wanted
+
+
+def _download(requirements: list[str], dest: Path, python: str) -> None:
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--python-version", TARGET_PYTHON, "--implementation", "cp", "--dest", str(wheels),
+        "--python-version", python, "--implementation", "cp", "--dest", str(dest),
+        "--disable-pip-version-check", "--quiet",
         *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
         *requirements,
     ]  # fmt: skip
     if subprocess.run(command, check=False).returncode != 0:
         _refuse("pip could not download the kit's wheels (its message above names which)")
-    size = sum(p.stat().st_size for p in wheels.glob("*.whl"))
-    print(f"gpu-kit: {len(requirements)} wheels, {size / 2**20:.1f} MiB in {wheels}")
-    for line in requirements:
-        print(f"  {line}")
-    if size > MAX_BYTES:
-        _refuse(f"the kit is {size / 2**20:.1f} MiB, over 64 MiB")
+
+
+def _wheel_requires(dist: str, specifier: str) -> list[str]:
+    """What the newest wheel of ``dist`` matching ``specifier`` requires, extras left out."""
+    import zipfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _download([f"{dist}{specifier}"], Path(tmp), TARGET_PYTHON)
+        (wheel,) = Path(tmp).glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            lines = archive.read(name).decode().splitlines()
+    texts = [
+        x.removeprefix("Requires-Dist:").strip() for x in lines if x.startswith("Requires-Dist:")
+    ]
+    return [t for t in texts if "extra ==" not in t]
+
+
+def _pinned(wheels: Path) -> dict[str, str]:
+    """``name==version`` of each wheel in the folder, by normalised name."""
+    pins = {}
+    for wheel in wheels.glob("*.whl"):
+        dist, version = wheel.name.split("-")[:2]
+        pins[_name(dist)] = f"{_name(dist)}=={version}"
+    return pins
+
+
+def build(kit: Path, python: str = TARGET_PYTHON) -> None:
+    traced = kit_requirements()
+    wheels = kit / "wheels"
+    if wheels.exists():
+        for old in wheels.glob("*.whl"):
+            old.unlink()
+    wheels.mkdir(parents=True, exist_ok=True)
+    _download(traced, wheels, python)
+    _download(gpu_extra({line.split("==")[0] for line in traced}), wheels, python)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+               "--quiet", "--wheel-dir", str(wheels), str(ROOT)]  # fmt: skip
+    if subprocess.run(command, check=False).returncode != 0:
+        _refuse("pip could not build this project's wheel (its message above says why)")
+    requirements = sorted(_pinned(wheels).values())
+    (kit / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    sizes = {w.name: w.stat().st_size for w in wheels.glob("*.whl")}
+    print(f"gpu-kit: {len(sizes)} wheels, {sum(sizes.values()) / 2**20:.1f} MiB in {wheels}")
+    for name, size in sorted(sizes.items(), key=lambda item: -item[1]):
+        print(f"  {size / 2**20:6.2f} MiB  {name}")
+    if sum(sizes.values()) > MAX_BYTES:
+        _refuse(f"the kit is {sum(sizes.values()) / 2**20:.1f} MiB, over 64 MiB")
 
 
 # ----------------------------------------------------------------------------- on the node
@@ -211,15 +327,22 @@ def install(kit: Path, target: Path | None) -> None:
         _refuse(f"{kit / 'wheels'} has no wheel for {', '.join(missing)}: run `make gpu-kit` "
                 "on a connected machine and copy gpu-kit/ again")  # fmt: skip
     command = [
-        sys.executable, "-m", "pip", "install", "--no-index", "--find-links",
+        sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links",
         str(kit / "wheels"), "--requirement", str(kit / "requirements.txt"),
         "--disable-pip-version-check", "--quiet",
     ]  # fmt: skip
     if target is not None:  # a folder of its own: the node's packages are not seen there
-        command += ["--target", str(target), "--no-deps"]
+        command += ["--target", str(target)]
     if subprocess.run(command, check=False).returncode != 0:
         _refuse("pip could not install the kit (its message above names the requirement)")
     print(f"gpu-kit: installed from {kit}{f' into {target}' if target else ''}")
+
+
+# The main job through the real flow (Prefect, the Dask cluster's GPU workers, SQLite): the
+# five dense passes at Sapiens2-1B on a 48-frame 4K plate; ``--smoke``: tiny models, small.
+SHOT = ["--frames", "48", "--size", "4096x2160", "--model-size", "1b"]
+SHOT_SMOKE = ["--frames", "4", "--size", "320x180", "--model-size", "tiny", "--chunk-frames", "2"]
+SHOT_PASSES = "normal,albedo,pointmap,seg,matte"
 
 
 def run(kit: Path, target: Path | None, out: Path, smoke: bool) -> int:
@@ -236,7 +359,15 @@ def run(kit: Path, target: Path | None, out: Path, smoke: bool) -> int:
     figures = subprocess.run(bench, cwd=ROOT, env=env, check=False)
     if figures.returncode == 2:
         return 2
-    return 0 if tests.returncode == 0 and figures.returncode == 0 else 1
+    shot = [sys.executable, "-m", "bench.shot", *(SHOT_SMOKE if smoke else SHOT),
+            "--passes", SHOT_PASSES]  # fmt: skip
+    flow = subprocess.run(shot, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
+    sys.stderr.write(flow.stderr[-4000:])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "shot.json").write_text(flow.stdout.strip().splitlines()[-1] if flow.stdout else "{}")
+    print(f"gpu-kit: bench.shot -> {out / 'shot.json'} (exit {flow.returncode})")
+    codes = (tests.returncode, figures.returncode, flow.returncode)
+    return 0 if codes == (0, 0, 0) else 1
 
 
 def _refuse(message: str) -> NoReturn:
@@ -251,10 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     here = "install into this folder instead of the running Python's environment"
     p.add_argument("--target", type=Path, default=None, help=here)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu")
-    p.add_argument("--smoke", action="store_true", help="bench.gpu at small sizes")
+    p.add_argument("--smoke", action="store_true", help="bench.gpu and bench.shot, small")
+    here = "build: the wheels' CPython version (3.12 for GPU nodes; another to try it here)"
+    p.add_argument("--python-version", default=TARGET_PYTHON, help=here)
     args = p.parse_args(argv)
     if args.command == "build":
-        build(args.kit)
+        build(args.kit, args.python_version)
         return 0
     if args.command == "install":
         install(args.kit, args.target)

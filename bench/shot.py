@@ -13,6 +13,7 @@ Weights are UNTRAINED (random, built once): speed does not depend on them.
     python -m bench.shot --frames 48 --size 4096x2160 --model-size 0.1b
     python -m bench.shot --frames 4 --chunk-frames 2 --model-size 0.1b --precision fp32
     python -m bench.shot --default-allocator               # workers with Dask's malloc settings
+    python -m bench.shot --passes normal,albedo,pointmap,seg,matte   # these passes only
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def run(
     precision: str = "auto",
     batch_size: int = 4,
     chunk_frames: int = 8,
+    passes: str | None = None,
 ) -> dict:
     from flows.cluster import dask_client
     from flows.demo import DEMO_COLORSPACE, write_demo_plate
@@ -167,6 +169,7 @@ def run(
             "review_clips": False,
             "precision": precision,
             "batch_size": batch_size,
+            **({"passes": passes} if passes else {}),
         }
     )
     catalog = open_catalog(settings.catalog)
@@ -194,6 +197,7 @@ def run(
         "compile": os.environ.get("SVFX_COMPILE", "auto"),
         "batch_size": batch_size,
         "chunk_frames": chunk_frames,
+        "passes": list(spec.passes),
         "status": result.status,
         "warm_up_s": round(warm_s, 2),  # model loads (and, with --compile, compiling)
         "wall_s": round(wall, 2),
@@ -222,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         default=8,
         help="frames per chunk, as submit: a shot of fewer chunks than workers leaves some idle",
     )
+    p.add_argument("--passes", default=None, help="comma-separated, as submit (default: all)")
     compiling = p.add_mutually_exclusive_group()
     compiling.add_argument(
         "--compile", action="store_true", help="workers compile every model (SVFX_COMPILE=1)"
@@ -255,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
             args.precision,
             args.batch_size,
             args.chunk_frames,
+            args.passes,
         )
         print(json.dumps(out))
 

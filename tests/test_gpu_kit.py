@@ -1,6 +1,7 @@
-"""The GPU kit on a machine without a GPU: what it carries is what the CUDA checks and
-bench.gpu import beyond a node's own torch, numpy, safetensors and pytest (and nothing the
-node has, nor the platform's orchestration); a missing wheel is named before pip runs;
+"""The GPU kit on a machine without a GPU: what it carries is what the product's commands, the
+CUDA checks and the benches load beyond a node's own torch, numpy, SciPy, Pillow, OpenCV,
+safetensors and pytest (nothing the node has, nor what a local-disk node goes without); a
+module the node lacks or a missing wheel is named before pip runs;
 bench.gpu refuses a machine without CUDA in one line unless told to use the CPU; a GPU whose
 peak is not known gets its TFLOP/s and no guessed share."""
 
@@ -93,16 +94,37 @@ def test_a_kit_never_built_is_named():
     assert "/nonexistent/gpu-kit/requirements.txt is not there" in done.stderr
 
 
+def test_a_node_without_scipy_is_named_before_pip_runs(tmp_path, monkeypatch, capsys):
+    kit = tmp_path / "gpu-kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "requirements.txt").write_text("")
+    monkeypatch.setattr(gpu_kit, "NODE_HAS", {**gpu_kit.NODE_HAS, "scipy": "no_such_scipy"})
+    with pytest.raises(SystemExit) as refused:
+        gpu_kit.install(kit, None)
+    assert refused.value.code == 2
+    assert "has no scipy: the kit leaves it to the node" in capsys.readouterr().err
+
+
+def test_what_the_kit_leaves_out_says_why_and_the_node_brings_no_duplicate():
+    assert {"imageio-ffmpeg", "openimageio", "pandas"} <= set(gpu_kit.NOT_CARRIED)
+    assert all(len(reason) > 20 for reason in gpu_kit.NOT_CARRIED.values())
+    assert not set(gpu_kit.NOT_CARRIED) & set(gpu_kit.NODE_HAS)
+    assert {"scipy", "pillow", "opencv-python-headless", "torch"} <= set(gpu_kit.NODE_HAS)
+
+
 @pytest.mark.slow
-def test_the_kit_carries_what_the_checks_import_and_nothing_the_node_has():
-    # traced for real: the CUDA checks' modules imported and bench.gpu run on the CPU, small
+def test_the_kit_carries_the_product_and_nothing_the_node_has():
+    # traced for real: the CUDA checks, bench.gpu and bench.shot on the CPU, a small demo
     requirements = gpu_kit.kit_requirements()
     names = {line.split("==")[0] for line in requirements}
     assert {"openexr", "zarr", "numcodecs", "opencolorio", "pydantic", "fileseq"} <= names
-    assert not names & {"torch", "numpy", "safetensors", "pytest", "packaging", "fsspec"}
+    # the product's orchestration and catalog: svfx submit, demo and worker on the node
+    assert {"prefect", "dask", "distributed", "sqlalchemy", "alembic", "typer"} <= names
+    assert not names & {"torch", "numpy", "safetensors", "pytest", "scipy", "pillow"}
     assert "opencv-python-headless" not in names  # the node brings it: 61 MB of 64 MiB
-    # the platform's orchestration and what only other passes or readers load stay out
-    assert not names & {"prefect", "dask", "distributed", "sqlalchemy", "scipy", "openimageio"}
+    # what a local-disk node goes without, and what is imported only where installed here
+    assert not names & {"imageio-ffmpeg", "s3fs", "botocore", "psycopg", "scikit-image"}
+    assert not names & {"hypothesis", "moto", "playwright", "h2"}
     assert all("==" in line for line in requirements)  # pinned to what is tested here
 
 
