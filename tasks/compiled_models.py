@@ -94,10 +94,22 @@ def compile_cache_dir() -> Path | None:
     return Path(home) / "compile-cache" / f"torch-{torch.__version__}"
 
 
+def users_cache_dir() -> str | None:
+    """The compiled-code folder the user chose with TORCHINDUCTOR_CACHE_DIR, if any. Importing
+    dynamo writes torch's default (a folder under /tmp) into that variable, which is no
+    choice: it is told apart by its value."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    value = os.environ.get(CACHE_ENV)
+    if not value or os.path.abspath(value) == os.path.abspath(default_cache_dir()):
+        return None
+    return value
+
+
 def compile_for_worker(model: SapiensModel, label: str) -> SapiensModel:
     """``model`` compiled in place, its cache under SVFX_HOME, guarded as above."""
     cache = compile_cache_dir()
-    if cache is not None and CACHE_ENV not in os.environ:
+    if cache is not None and users_cache_dir() is None:
         cache.mkdir(parents=True, exist_ok=True)
         os.environ[CACHE_ENV] = str(cache)
     keep_compiled_code()

@@ -197,12 +197,14 @@ def test_a_cuda_node_without_triton_or_a_c_compiler_runs_real_models_uncompiled(
 
 def test_a_worker_keeps_its_compiled_graphs(monkeypatch, tmp_path: Path) -> None:
     """The caches that let a new process load compiled code instead of compiling it are on,
-    in the folder under SVFX_HOME."""
+    in the folder under SVFX_HOME, though importing dynamo put torch's default in the
+    environment; a folder the user chose is kept."""
     import torch._functorch.config
     import torch._inductor.config
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     monkeypatch.setenv("SVFX_HOME", str(tmp_path))
-    monkeypatch.delenv(compiled_models.CACHE_ENV, raising=False)
+    monkeypatch.setenv(compiled_models.CACHE_ENV, default_cache_dir())  # what dynamo leaves
     monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
     monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
     monkeypatch.setattr(compiled_models, "compile_model", lambda model, **_kw: model)
@@ -211,3 +213,6 @@ def test_a_worker_keeps_its_compiled_graphs(monkeypatch, tmp_path: Path) -> None
     assert os.environ[compiled_models.CACHE_ENV] == str(compiled_models.compile_cache_dir())
     assert torch._inductor.config.fx_graph_cache
     assert torch._functorch.config.enable_autograd_cache
+    monkeypatch.setenv(compiled_models.CACHE_ENV, str(tmp_path / "mine"))
+    compiled_models.compile_for_worker(net, "net")
+    assert os.environ[compiled_models.CACHE_ENV] == str(tmp_path / "mine")
