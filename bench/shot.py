@@ -14,6 +14,17 @@ Weights are UNTRAINED (random, built once): speed does not depend on them.
     python -m bench.shot --frames 4 --chunk-frames 2 --model-size 0.1b --precision fp32
     python -m bench.shot --default-allocator               # workers with Dask's malloc settings
     python -m bench.shot --passes normal,albedo,pointmap,seg,matte   # these passes only
+    python -m bench.shot --tiles all                       # every tile (default: near people)
+    python -m bench.shot --plate demo                      # the demo's astronaut
+
+The plate is the stand-ins' person figure (``bench.standins.person_plate``), or the demo's
+astronaut. With ``--tiles people`` (the default, as submit) the person gate's look runs on
+the seg model, but untrained weights find nobody, so its probabilities are replaced by
+``bench.standins.figure_look`` (which knows where the figure is) through SVFX_PERSON_GATE:
+the look's cost is counted, the tiles that run are those a model seeing the figure would run.
+``--gate model`` keeps the untrained look (every tile runs, as the product does with untrained
+weights). The report gives the model inputs per frame (tiles run and skipped, from the
+catalog) and the look's seconds per frame.
 """
 
 from __future__ import annotations
@@ -145,6 +156,8 @@ def run(
     batch_size: int = 4,
     chunk_frames: int = 8,
     passes: str | None = None,
+    plate: str = "person",
+    tiles: str = "people",
 ) -> dict:
     from flows.cluster import dask_client
     from flows.demo import DEMO_COLORSPACE, write_demo_plate
@@ -155,15 +168,21 @@ def run(
     from schemas.spec import parse_spec
 
     settings = Settings(home=home, allowed_roots=[str(home)], local_workers=workers)
-    pattern = write_demo_plate(home / f"plate{frames}", frames, *size)
+    if plate == "person":
+        from bench.io import write_plates
+
+        pattern = write_plates(home / f"plate{frames}", size[1], size[0], frames, "realistic")
+    else:
+        pattern = write_demo_plate(home / f"plate{frames}", frames, *size)
     spec = parse_spec(
         {
             "plate": pattern,
             "show": "bench",
             "sequence": "sq",
             "shot": f"sh{frames}",
-            "colorspace": DEMO_COLORSPACE,
+            "colorspace": "lin_rec709" if plate == "person" else DEMO_COLORSPACE,
             "model_size": model_size,
+            "tiles": tiles,
             "output_root": str(home / "out"),
             "chunk_frames": chunk_frames,
             "review_clips": False,
@@ -198,6 +217,10 @@ def run(
         "batch_size": batch_size,
         "chunk_frames": chunk_frames,
         "passes": list(spec.passes),
+        "plate": plate,
+        "tiles": tiles,
+        "person_gate": os.environ.get("SVFX_PERSON_GATE", "the model's look"),
+        **frame_tiles(catalog, result.job_id, frames),
         "status": result.status,
         "warm_up_s": round(warm_s, 2),  # model loads (and, with --compile, compiling)
         "wall_s": round(wall, 2),
@@ -209,6 +232,29 @@ def run(
         "worker_rss": sampler.summary(),
         # wall time the workers were not busy, per frame (planning, dispatch, catalog, finalize)
         "flow_overhead_s_per_frame": round(max(0.0, wall - busy / workers) / frames, 4),
+    }
+
+
+def frame_tiles(catalog: Any, job_id: int, frames: int) -> dict[str, float | None]:
+    """Per frame, from the catalog: the tiles the tiled passes ran and skipped, and the
+    person gate's look in seconds (the worker's own time for it)."""
+    from sqlalchemy import select
+
+    from schemas.catalog.models import JobFrame
+
+    with catalog.engine.connect() as conn:
+        rows = conn.execute(
+            select(JobFrame.tiles_run, JobFrame.tiles_skipped, JobFrame.timings).where(
+                JobFrame.job_id == job_id
+            )
+        ).all()
+    run = [r.tiles_run for r in rows if r.tiles_run is not None]
+    skipped = [r.tiles_skipped for r in rows if r.tiles_skipped is not None]
+    look = [r.timings.get("look") for r in rows if r.timings.get("look") is not None]
+    return {
+        "tiles_run_per_frame": round(sum(run) / frames, 2) if run else None,
+        "tiles_skipped_per_frame": round(sum(skipped) / frames, 2) if skipped else None,
+        "look_s_per_frame": round(statistics.mean(look), 4) if look else None,
     }
 
 
@@ -227,6 +273,15 @@ def main(argv: list[str] | None = None) -> None:
         help="frames per chunk, as submit: a shot of fewer chunks than workers leaves some idle",
     )
     p.add_argument("--passes", default=None, help="comma-separated, as submit (default: all)")
+    p.add_argument("--plate", choices=("person", "demo"), default="person")
+    p.add_argument("--tiles", choices=("people", "all"), default="people", help="as submit")
+    p.add_argument(
+        "--gate",
+        choices=("standin", "model"),
+        default="standin",
+        help="with --tiles people: the look's probabilities from the figure's stand-in "
+        "(default; --plate person only) or the untrained model's own",
+    )
     compiling = p.add_mutually_exclusive_group()
     compiling.add_argument(
         "--compile", action="store_true", help="workers compile every model (SVFX_COMPILE=1)"
@@ -248,6 +303,10 @@ def main(argv: list[str] | None = None) -> None:
         flows.allocator.ALLOCATOR_ENV.clear()  # the nannies pass Dask's pre-spawn defaults alone
     if args.compile or args.no_compile:
         os.environ["SVFX_COMPILE"] = "1" if args.compile else "0"  # the workers inherit it
+    if args.tiles == "people" and args.gate == "standin":
+        if args.plate != "person":
+            p.error("--gate standin knows only the person plate's figure: --gate model")
+        os.environ["SVFX_PERSON_GATE"] = "bench.standins:figure_look"  # the workers inherit it
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SVFX_HOME"] = tmp
@@ -261,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
             args.batch_size,
             args.chunk_frames,
             args.passes,
+            args.plate,
+            args.tiles,
         )
         print(json.dumps(out))
 
