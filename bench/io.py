@@ -79,18 +79,23 @@ class Stages:
         return wrapper
 
 
-def write_plates(directory: Path, height: int, width: int, frames: int, content: str) -> str:
-    """A plate sequence (half RGB, ZIP) of the stand-in's person figure; its pattern. Frames
-    are made on every core (numpy and OpenEXR leave the GIL for the big work)."""
+def write_plates(
+    directory: Path, height: int, width: int, frames: int, content: str, figure: str = "person"
+) -> str:
+    """A plate sequence (half RGB, ZIP) of the stand-in's person figure (``figure``
+    "distant": one 60 px figure); its pattern. Frames are made on every core (numpy and
+    OpenEXR leave the GIL for the big work)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from bench.standins import person_plate
+    from bench.standins import distant_plate, person_plate
+
+    draw = distant_plate if figure == "distant" else person_plate
 
     directory.mkdir(parents=True)
     header = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
 
     def write(index: int) -> None:
-        rgb = person_plate(height, width, frame=index)
+        rgb = draw(height, width, frame=index)
         path = directory / f"plate.{1001 + index:04d}.exr"
         OpenEXR.File(header, {"RGB": rgb.astype(np.float16)}).write(str(path))
 

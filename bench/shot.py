@@ -17,14 +17,15 @@ Weights are UNTRAINED (random, built once): speed does not depend on them.
     python -m bench.shot --tiles all                       # every tile (default: near people)
     python -m bench.shot --plate demo                      # the demo's astronaut
 
-The plate is the stand-ins' person figure (``bench.standins.person_plate``), or the demo's
-astronaut. With ``--tiles people`` (the default, as submit) the person gate's look runs on
-the seg model, but untrained weights find nobody, so its probabilities are replaced by
-``bench.standins.figure_look`` (which knows where the figure is) through SVFX_PERSON_GATE:
-the look's cost is counted, the tiles that run are those a model seeing the figure would run.
-``--gate model`` keeps the untrained look (every tile runs, as the product does with untrained
-weights). The report gives the model inputs per frame (tiles run and skipped, from the
-catalog) and the look's seconds per frame.
+The plate is the stand-ins' person figure (``bench.standins.person_plate``), one small
+distant figure (``distant_plate``, 60 px tall), or the demo's astronaut. With ``--tiles
+people`` (the default, as submit) the person gate's look runs on the seg model, but untrained
+weights find nobody, so its probabilities are replaced by ``bench.standins.figure_look``
+(which knows where the figures are) through SVFX_PERSON_GATE: the look's cost is counted, and
+the tiles that run are those a model seeing the figure would run. ``--gate model`` keeps the
+untrained look (every tile runs, as the product does with untrained weights). The report
+gives the model inputs per frame (tiles run and skipped, from the catalog) and the look's
+seconds per frame.
 """
 
 from __future__ import annotations
@@ -168,10 +169,12 @@ def run(
     from schemas.spec import parse_spec
 
     settings = Settings(home=home, allowed_roots=[str(home)], local_workers=workers)
-    if plate == "person":
+    if plate in ("person", "distant"):
         from bench.io import write_plates
 
-        pattern = write_plates(home / f"plate{frames}", size[1], size[0], frames, "realistic")
+        pattern = write_plates(
+            home / f"plate{frames}", size[1], size[0], frames, "realistic", figure=plate
+        )
     else:
         pattern = write_demo_plate(home / f"plate{frames}", frames, *size)
     spec = parse_spec(
@@ -180,7 +183,7 @@ def run(
             "show": "bench",
             "sequence": "sq",
             "shot": f"sh{frames}",
-            "colorspace": "lin_rec709" if plate == "person" else DEMO_COLORSPACE,
+            "colorspace": DEMO_COLORSPACE if plate == "demo" else "lin_rec709",
             "model_size": model_size,
             "tiles": tiles,
             "output_root": str(home / "out"),
@@ -273,7 +276,12 @@ def main(argv: list[str] | None = None) -> None:
         help="frames per chunk, as submit: a shot of fewer chunks than workers leaves some idle",
     )
     p.add_argument("--passes", default=None, help="comma-separated, as submit (default: all)")
-    p.add_argument("--plate", choices=("person", "demo"), default="person")
+    p.add_argument(
+        "--plate",
+        choices=("person", "distant", "demo"),
+        default="person",
+        help="the stand-ins' person figure, one 60 px figure, or the demo's astronaut",
+    )
     p.add_argument("--tiles", choices=("people", "all"), default="people", help="as submit")
     p.add_argument(
         "--gate",
@@ -304,8 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.compile or args.no_compile:
         os.environ["SVFX_COMPILE"] = "1" if args.compile else "0"  # the workers inherit it
     if args.tiles == "people" and args.gate == "standin":
-        if args.plate != "person":
-            p.error("--gate standin knows only the person plate's figure: --gate model")
+        if args.plate == "demo":
+            p.error("--gate standin knows only the stand-ins' figures: --gate model")
         os.environ["SVFX_PERSON_GATE"] = "bench.standins:figure_look"  # the workers inherit it
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -281,6 +281,21 @@ def person_plate(height: int, width: int, frame: int = 0, grain: float = 0.01) -
     return np.clip(plate, 0.0, None)
 
 
+def distant_plate(height: int, width: int, frame: int = 0, grain: float = 0.01) -> np.ndarray:
+    """``person_plate``'s blue-grey ground with one small, distant figure: a warm block 60 px
+    tall and 14 wide (whatever the plate's size), right of centre, moving 2 px a frame."""
+    rng = np.random.default_rng(frame)
+    v = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None]
+    plate = np.empty((height, width, 3), dtype=np.float32)
+    plate[..., 0] = 0.08 + 0.05 * v
+    plate[..., 1] = 0.12 + 0.05 * v
+    plate[..., 2] = 0.3 - 0.1 * v
+    top, left = int(height * 0.7), int(width * 0.73) + 2 * frame
+    plate[top : top + 60, left : left + 14] = (0.75, 0.4, 0.12)
+    plate += rng.normal(0.0, grain, plate.shape).astype(np.float32)
+    return np.clip(plate, 0.0, None)
+
+
 def figure_look(frames: Tensor, look: Tensor) -> Tensor:
     """The person gate's stand-in for ``person_plate`` figures (``SVFX_PERSON_GATE=
     bench.standins:figure_look``): untrained weights find no person, but the figure is warm
