@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Annotated, Any
 
+import fileseq
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -401,6 +402,9 @@ def _print_result(result: dict[str, Any]) -> None:
     rows += [
         (f"flickers: {n}", ", ".join(map(str, f))) for n, f in result.get("flagged", {}).items()
     ]
+    tiles = result.get("tiles") or {}
+    if tiles.get("skipped"):  # the person gate left some out
+        rows.append(("tiles run / skipped", f"{tiles.get('run', 0)} / {tiles['skipped']}"))
     summary = Table(title=f"job {result['job_id']}: [{colour}]{result['status']}[/]")
     summary.add_column("")
     add_column(summary, "", [in_folder(uri, folder) for _name, uri in paths])
@@ -411,6 +415,9 @@ def _print_result(result: dict[str, Any]) -> None:
     console.print(summary)
     for frame, why in sorted(result["failed"].items(), key=lambda kv: int(kv[0])):
         err.print(f"[red]frame {frame}[/]: {escape(why)}", highlight=False, soft_wrap=True)
+    for note, frames in result.get("notes", {}).items():
+        span = str(fileseq.FrameSet(sorted(frames)))
+        console.print(f"frames {span}: {escape(note)}", highlight=False, soft_wrap=True)
     if result.get("error"):
         err.print(f"[bold red]error:[/] {escape(result['error'])}", highlight=False, soft_wrap=True)
     if result.get("untrained"):

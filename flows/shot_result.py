@@ -34,6 +34,10 @@ class ShotResult:
     precisions: dict[str, list[str]] = field(default_factory=dict)
     flagged: dict[str, list[int]] = field(default_factory=dict)  # temporal QC, per pass
     error: str = ""  # why the run stopped before the end (the catalog away, ...)
+    # tiles the tiled passes ran and the person gate skipped, over the frames done now
+    tiles: dict[str, int] = field(default_factory=dict)
+    # what was noticed without failing a frame -> the frames it was noticed on
+    notes: dict[str, list[int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -61,6 +65,10 @@ def count_chunk(summary: ChunkSummary, result: ShotResult) -> None:
             result.done.append(frame.frame)
         else:
             result.failed[frame.frame] = frame.error or "failed"
+        for key, count in frame.tiles.items():
+            result.tiles[key] = result.tiles.get(key, 0) + count
+        for note in frame.notes:
+            result.notes.setdefault(note, []).append(frame.frame)
 
 
 def final_status(result: ShotResult) -> str:

@@ -115,3 +115,30 @@ def test_the_summary_prints_the_folder_once_and_paths_relative_on_one_line(
     for path in (f"{NAME}.%04d.exr", f"previews/{NAME}_pointmap_contact.jpg"):
         assert any(f" {path} " in line for line in lines), path  # whole, on one line
     assert "1001, 1002" in text and "1024" in text  # the flicker list wraps, not cut
+
+
+def test_the_summary_gives_the_gates_tiles_and_each_note_once_with_its_frames(
+    narrow: Console,
+) -> None:
+    result = {
+        "job_id": 8,
+        "status": "complete",
+        "total": 6,
+        "done": list(range(1001, 1007)),
+        "skipped": [],
+        "failed": {},
+        "output_root": FOLDER,
+        "exr_pattern": f"{FOLDER}/{NAME}.%04d.exr",
+        "zarr": f"{FOLDER}/{NAME}.zarr",
+        "tiles": {"run": 54, "skipped": 72},
+        "notes": {
+            "person gate: no person found; the tiled passes hold their background": [
+                1004, 1005, 1006,
+            ],
+        },
+    }  # fmt: skip
+    submit_commands._print_result(result)
+    text = narrow.export_text(clear=False)
+    assert "tiles run / skipped" in text and "54 / 72" in text
+    assert text.count("no person found") == 1
+    assert "frames 1004-1006: person gate: no person found" in " ".join(text.split())

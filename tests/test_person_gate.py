@@ -266,5 +266,10 @@ def test_through_the_flow_the_catalog_records_each_frames_tiles(tmp_path, monkey
     assert set(tiles) == {1001, 1002}
     for run, skipped in tiles.values():  # two passes; the figure is in the middle third
         assert run + skipped == 2 * len(plan.tiles) and run > 0 and skipped > 0
+    assert result["tiles"] == {  # the shot's summary adds them up
+        "run": sum(run for run, _ in tiles.values()),
+        "skipped": sum(skipped for _, skipped in tiles.values()),
+    }
+    assert result["notes"] == {}  # the figure was found in both frames
     exr = sorted((tmp_path / "out").rglob("*.exr"))[0]
     assert exr_attribute(str(exr), "svfx/tiles") == "people"
