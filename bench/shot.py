@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     compiling.add_argument(
         "--no-compile",
         action="store_true",
-        help="workers compile no model (SVFX_COMPILE=0; by default CPU workers compile real ones)",
+        help="workers compile no model (SVFX_COMPILE=0; by default real models compile on "
+        "a GPU with Triton, and on a CPU with a C++ compiler)",
     )
     p.add_argument(
         "--default-allocator",
