@@ -253,12 +253,20 @@ def _nest(stages: Stages, outer: str, inner: tuple[str, ...]) -> None:
 
 
 def run(
-    height: int, width: int, frames: int, passes: list[str], root: Path, content: str, **spec
+    height: int,
+    width: int,
+    frames: int,
+    passes: list[str],
+    root: Path,
+    content: str,
+    threads: int | None = None,
+    **spec: Any,
 ) -> dict[str, Any]:
+    """``threads``: torch's (the device stages on this CPU), every core by default."""
     import sapiens
     from bench.standins import stand_in_models
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     pattern = write_plates(root / f"plates_{width}x{height}", height, width, frames, content)
     predictor = sapiens.Predictor(stand_in_models(passes, content), device="cpu")
     stages = Stages()
@@ -349,6 +357,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="1920x1080,4096x2160", help="comma-separated WxH")
     p.add_argument("--frames", type=int, default=3)
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads for the device stages (default: every core); 1 keeps OpenMP's "
+        "waiting threads out of the core-seconds on a machine shared with other work",
+    )
     p.add_argument("--passes", default=",".join(DENSE))
     p.add_argument("--content", choices=("realistic", "noise"), default="realistic")
     p.add_argument("--previews", action="store_true", help="write the previews too")
@@ -364,12 +378,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes.split(","):
             w, h = (int(v) for v in size.lower().split("x"))
-            r = run(h, w, args.frames, passes, Path(tmp) / size, args.content,
+            r = run(h, w, args.frames, passes, Path(tmp) / size, args.content, args.threads,
                     previews=args.previews, review_clips=False)  # fmt: skip
             stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
             print(
                 f"{r['size']:>10}: {r['core_s_per_frame']:.2f} core-s/frame ({stages}); "
-                f"{r['frames_per_s']:.3f} frames/s wall with {os.cpu_count()} cores, "
+                f"{r['frames_per_s']:.3f} frames/s wall with {os.cpu_count()} cores "
+                f"({torch.get_num_threads()} torch threads), "
                 f"overlapped; EXR {r['exr_mb']:.1f} MB; {args.content} content; "
                 f"passes: {args.passes}",
                 flush=True,
