@@ -37,9 +37,9 @@ demo: venv
 bench: venv
 	$(PY) -m bench.model
 
-# The GPU kit (bench/gpu_kit.py): CPython 3.12 wheels of what the CUDA checks and bench.gpu
-# import beyond a GPU node's own torch, numpy, safetensors, pytest and OpenCV, into gpu-kit/
-# (ignored).
+# The GPU kit (bench/gpu_kit.py): CPython 3.12 wheels of the product (svfx, dask-cuda), the
+# CUDA checks and the benches beyond a GPU node's own torch, numpy, SciPy, Pillow, OpenCV,
+# safetensors and pytest, into gpu-kit/ (ignored), at most 64 MiB.
 # On the node: python3 -m bench.gpu_kit run
 gpu-kit: venv
 	$(PY) -m bench.gpu_kit build

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -158,7 +159,9 @@ def _requires(dist: str) -> list[str]:
 
     environment = {
         "python_version": TARGET_PYTHON,
-        "python_full_version": f"{TARGET_PYTHON}.0",
+        "python_full_version": platform.python_version()  # this one's, when it is that
+        if platform.python_version().startswith(f"{TARGET_PYTHON}.")
+        else f"{TARGET_PYTHON}.0",
         "sys_platform": "linux",
         "platform_system": "Linux",
         "platform_machine": "x86_64",
@@ -376,6 +379,7 @@ def _refuse(message: str) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global TARGET_PYTHON
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("command", choices=("build", "install", "run"))
     p.add_argument("--kit", type=Path, default=KIT, help="the kit's folder (default gpu-kit/)")
@@ -387,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python-version", default=TARGET_PYTHON, help=here)
     args = p.parse_args(argv)
     if args.command == "build":
+        TARGET_PYTHON = args.python_version  # requirements' markers are read for it
         build(args.kit, args.python_version)
         return 0
     if args.command == "install":
