@@ -73,7 +73,6 @@ NOT_CARRIED = {
 }
 PROJECT = "sapiens-vfx"
 GPU_EXTRA = "gpu"
-PROJECT = "sapiens-vfx"
 TARGET_PYTHON = "3.12"
 PLATFORMS = (  # manylinux tags a CPython 3.12 x86_64 node with glibc >= 2.28 takes
     "manylinux_2_28_x86_64",
@@ -83,6 +82,7 @@ PLATFORMS = (  # manylinux tags a CPython 3.12 x86_64 node with glibc >= 2.28 ta
     "manylinux1_x86_64",
 )
 MAX_BYTES = 64 * 2**20
+NODE_BRINGS = "node-brings.txt"  # in the kit: what its build left to the node by name
 CUDA_TESTS = "tests/cuda"
 
 # Each traced command runs with this as its sitecustomize: every Python process it starts
@@ -269,15 +269,22 @@ def _pinned(wheels: Path) -> dict[str, str]:
     return pins
 
 
-def build(kit: Path, python: str = TARGET_PYTHON) -> None:
-    traced = kit_requirements()
+def build(kit: Path, python: str = TARGET_PYTHON, node_brings: tuple[str, ...] = ()) -> None:
+    """``node_brings``: distributions the node is known to have besides ``NODE_HAS`` (a CUDA
+    image's cuda-core), left out and checked for by ``install``."""
+    left = {_name(d) for d in node_brings}
+    traced = [line for line in kit_requirements() if _name(line.split("==")[0]) not in left]
+    extra = gpu_extra({line.split("==")[0] for line in traced} | left)
+    extra = [r for r in extra if _name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0]) not in left]
     wheels = kit / "wheels"
     if wheels.exists():
         for old in wheels.glob("*.whl"):
             old.unlink()
     wheels.mkdir(parents=True, exist_ok=True)
+    (kit / NODE_BRINGS).write_text("".join(f"{d}\n" for d in sorted(left)))
     _download(traced, wheels, python)
-    _download(gpu_extra({line.split("==")[0] for line in traced}), wheels, python)
+    if extra:
+        _download(extra, wheels, python)
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                "--quiet", "--wheel-dir", str(wheels), str(ROOT)]  # fmt: skip
     if subprocess.run(command, check=False).returncode != 0:
@@ -295,11 +302,22 @@ def build(kit: Path, python: str = TARGET_PYTHON) -> None:
 # ----------------------------------------------------------------------------- on the node
 
 
-def node_lacks() -> list[str]:
-    """The distributions the kit leaves to the node that this Python cannot import."""
+def node_lacks(kit: Path) -> list[str]:
+    """The distributions the kit leaves to the node that this Python cannot import (and
+    those its build was told the node brings that are not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
     from importlib.util import find_spec
 
-    return [dist for dist, module in NODE_HAS.items() if find_spec(module) is None]
+    brought = kit / NODE_BRINGS
+    told = brought.read_text().split() if brought.is_file() else []
+    absent = []
+    for dist in told:
+        try:
+            version(dist)
+        except PackageNotFoundError:
+            absent.append(dist)
+
+    return [d for d, module in NODE_HAS.items() if find_spec(module) is None] + absent
 
 
 def missing_wheels(kit: Path) -> list[str]:
@@ -320,7 +338,7 @@ def install(kit: Path, target: Path | None) -> None:
     if not (kit / "requirements.txt").is_file():
         _refuse(f"{kit / 'requirements.txt'} is not there: run `make gpu-kit` on a connected "
                 "machine and copy gpu-kit/ with the source tree")  # fmt: skip
-    lacks = node_lacks()
+    lacks = node_lacks(kit)
     if lacks:
         _refuse(f"this Python ({sys.executable}) has no {', '.join(lacks)}: the kit leaves "
                 "it to the node; install it there (pip install "
@@ -348,29 +366,48 @@ SHOT_SMOKE = ["--frames", "4", "--size", "320x180", "--model-size", "tiny", "--c
 SHOT_PASSES = "normal,albedo,pointmap,seg,matte"
 
 
-def run(kit: Path, target: Path | None, out: Path, smoke: bool) -> int:
+# What ``run`` may do, in this order (``--steps``): the CUDA checks; every bench.gpu section, or
+# only its worker-stage shot (the figure the flow is compared with); the flow with the person
+# gate, then with every tile. A lent machine's call is limited: run them in two calls.
+STEPS = ("checks", "gpu", "stages", "flow", "flow-all")
+DEFAULT_STEPS = ("checks", "gpu", "flow", "flow-all")
+
+
+def run(kit: Path, target: Path | None, out: Path, smoke: bool, steps: tuple[str, ...]) -> int:
     install(kit, target)
     env = dict(os.environ)
     if target is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH")]))
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "cuda", CUDA_TESTS, "-q", "-rs", "-s",
-         "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, check=False,
-    )  # fmt: skip
-    bench = [sys.executable, "-m", "bench.gpu", "--out", str(out), *(["--smoke"] if smoke else [])]
-    figures = subprocess.run(bench, cwd=ROOT, env=env, check=False)
-    if figures.returncode == 2:
-        return 2
+    small = ["--smoke"] if smoke else []
+    commands = {
+        "checks": ["pytest", "-m", "cuda", CUDA_TESTS, "-q", "-rs", "-s", "-p", "no:cacheprovider"],
+        "gpu": ["bench.gpu", "--out", str(out), *small],
+        "stages": ["bench.gpu", "--out", str(out), "--sections", "shot", *small],
+    }
+    codes = []
+    for step in (s for s in STEPS if s in steps):
+        if step.startswith("flow"):
+            tiles = "all" if step == "flow-all" else "people"
+            codes.append(_flow(env, out, smoke, tiles))
+            continue
+        done = subprocess.run([sys.executable, "-m", *commands[step]], cwd=ROOT, env=env)
+        if step != "checks" and done.returncode == 2:
+            return 2
+        codes.append(done.returncode)
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+def _flow(env: dict[str, str], out: Path, smoke: bool, tiles: str) -> int:
+    """bench.shot through the real flow; its report into ``out/shot-<tiles>.json``."""
     shot = [sys.executable, "-m", "bench.shot", *(SHOT_SMOKE if smoke else SHOT),
-            "--passes", SHOT_PASSES]  # fmt: skip
+            "--passes", SHOT_PASSES, "--tiles", tiles]  # fmt: skip
     flow = subprocess.run(shot, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
     sys.stderr.write(flow.stderr[-4000:])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "shot.json").write_text(flow.stdout.strip().splitlines()[-1] if flow.stdout else "{}")
-    print(f"gpu-kit: bench.shot -> {out / 'shot.json'} (exit {flow.returncode})")
-    codes = (tests.returncode, figures.returncode, flow.returncode)
-    return 0 if codes == (0, 0, 0) else 1
+    report = out / f"shot-{tiles}.json"
+    report.write_text(flow.stdout.strip().splitlines()[-1] if flow.stdout else "{}")
+    print(f"gpu-kit: bench.shot --tiles {tiles} -> {report} (exit {flow.returncode})")
+    return flow.returncode
 
 
 def _refuse(message: str) -> NoReturn:
@@ -389,15 +426,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="bench.gpu and bench.shot, small")
     here = "build: the wheels' CPython version (3.12 for GPU nodes; another to try it here)"
     p.add_argument("--python-version", default=TARGET_PYTHON, help=here)
+    here = "build: a distribution the node has besides torch & co. (cuda-core), left out"
+    p.add_argument("--node-brings", action="append", default=[], help=here)
+    here = f"run: comma-separated, of {', '.join(STEPS)} (default {','.join(DEFAULT_STEPS)})"
+    p.add_argument("--steps", default=",".join(DEFAULT_STEPS), help=here)
     args = p.parse_args(argv)
+    steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
+    if set(steps) - set(STEPS):
+        p.error(f"--steps takes {', '.join(STEPS)}; got {args.steps}")
     if args.command == "build":
         TARGET_PYTHON = args.python_version  # requirements' markers are read for it
-        build(args.kit, args.python_version)
+        build(args.kit, args.python_version, tuple(args.node_brings))
         return 0
     if args.command == "install":
         install(args.kit, args.target)
         return 0
-    return run(args.kit, args.target, args.out, args.smoke)
+    return run(args.kit, args.target, args.out, args.smoke, steps)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def test_a_node_without_what_the_kit_leaves_to_it_is_named_before_pip_runs(
     (kit / "requirements.txt").write_text("")
     lacking = {**gpu_kit.NODE_HAS, "opencv-python-headless": "no_such_cv2_here"}
     monkeypatch.setattr(gpu_kit, "NODE_HAS", lacking)
-    assert gpu_kit.node_lacks() == ["opencv-python-headless"]
+    assert gpu_kit.node_lacks(kit) == ["opencv-python-headless"]
     with pytest.raises(SystemExit) as refused:
         gpu_kit.install(kit, None)
     assert refused.value.code == 2
@@ -145,3 +145,21 @@ def test_bench_gpu_on_the_cpu_writes_its_report(tmp_path):
     markdown = (tmp_path / "gpu.md").read_text()
     assert "| graphs | CUDA graphs | skipped | they need a CUDA device |" in markdown
     assert "UNTRAINED" in markdown
+
+
+def test_a_distribution_the_build_left_to_the_node_is_named_when_it_lacks_it(tmp_path, capsys):
+    kit = tmp_path / "gpu-kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "requirements.txt").write_text("")
+    (kit / gpu_kit.NODE_BRINGS).write_text("pytest\nno-such-cuda-core-here\n")
+    assert gpu_kit.node_lacks(kit) == ["no-such-cuda-core-here"]
+    with pytest.raises(SystemExit) as refused:
+        gpu_kit.install(kit, None)
+    assert refused.value.code == 2
+    assert "has no no-such-cuda-core-here" in capsys.readouterr().err
+
+
+def test_run_steps_are_checked_before_anything_installs():
+    done = _run("bench.gpu_kit", "run", "--steps", "checks,warp", "--kit", "/nonexistent")
+    assert done.returncode == 2
+    assert "--steps takes checks, gpu, stages, flow, flow-all" in done.stderr
