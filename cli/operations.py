@@ -68,7 +68,10 @@ def cluster(
 def worker(
     address: Annotated[str, typer.Argument(help="scheduler address, e.g. tcp://host:8786")],
     gpus: Annotated[str, typer.Option(help="auto, a count, or 0 for CPU workers")] = "auto",
-    nthreads: Annotated[int, typer.Option(help="Dask threads (chunks at once) per worker")] = 1,
+    nthreads: Annotated[
+        int,
+        typer.Option(help="Dask threads (chunks at once) per worker; a GPU worker runs at least 2"),
+    ] = 1,
     memory_limit: Annotated[
         str, typer.Option(help="per worker; auto: the node's memory split among them")
     ] = "auto",

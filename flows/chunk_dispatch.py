@@ -24,7 +24,7 @@ def dispatch(
     jobs: list[ChunkJob],
     *,
     window: int,
-    resources: dict[str, int] | None,
+    resources: dict[str, float] | None,
     stop: threading.Event | None = None,
 ) -> Iterator[ChunkSummary]:
     """Submit chunks keeping at most `window` in flight (resource-restricted tasks skip Dask's

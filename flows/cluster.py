@@ -1,7 +1,11 @@
 """Connecting to Dask: an existing scheduler (``SVFX_DASK_ADDRESS``), or a LocalCluster.
 
-GPU workers carry the Dask resource ``GPU=1`` (one worker per GPU, one thread each); chunks
-are submitted with ``resources={"GPU": 1}`` when such workers exist. A CPU-only LocalCluster
+GPU workers carry the Dask resource ``GPU=1`` (one worker per GPU, one process, so one CUDA
+context) and run `CHUNKS_PER_GPU` chunks at once, each submitted with that share of the GPU
+resource (`chunk_dispatch_shape`): one chunk's model stage has the device while the other
+sets up and reads its first frames, or writes its last (`tasks.chunk_worker` takes the device
+stages in turn), so the device does not wait for a chunk to drain and the next to fill. A
+CPU-only LocalCluster
 has no GPU resource: each worker process is one model slot, and the node's cores are shared
 among them as `tasks.node_threads` plans (workers, torch threads, EXR threads), handed to each
 worker process in its environment.
@@ -40,6 +44,12 @@ START_HINT = (
 )
 CONNECT_HINT = f"{START_HINT}; SVFX_DASK_CONNECT_TIMEOUT_S gives it longer"
 
+
+# Chunks a GPU worker runs at once: two, so that one's device stage covers the other's start
+# and end (a chunk of one GPU worker at a time leaves the device idle while its last frames
+# are written, and again while the next chunk sets up and reads its first ones); more would
+# only hold more frames in memory.
+CHUNKS_PER_GPU = 2
 
 NANNY_SPAWN_ENV_VAR = "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"
 _SPAWN_ENV_KEY = "distributed.nanny.pre-spawn-environ"
@@ -129,7 +139,7 @@ def start_local_cluster(
             with nannies_spawning_with(nanny_spawn_env()):
                 return LocalCUDACluster(
                     n_workers=gpus,
-                    threads_per_worker=1,
+                    threads_per_worker=CHUNKS_PER_GPU,
                     resources={"GPU": 1},
                     dashboard_address=dashboard_address,
                 )
@@ -143,7 +153,7 @@ def start_local_cluster(
     with nannies_spawning_with(nanny_spawn_env(extra)):
         return LocalCluster(
             n_workers=workers,
-            threads_per_worker=1,
+            threads_per_worker=CHUNKS_PER_GPU if gpus else 1,
             processes=True,
             dashboard_address=dashboard_address,
             # without a dashboard the scheduler still serves /health on a port, 8787 unless told:
@@ -162,6 +172,18 @@ def gpu_slots(client: Client) -> int:
 
 def worker_count(client: Client) -> int:
     return len(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def chunk_dispatch_shape(client: Client) -> tuple[int, dict[str, float] | None]:
+    """How chunks go out to this cluster: the window of chunks in flight and the resources
+    each asks for. With GPU workers, each chunk takes ``1 / CHUNKS_PER_GPU`` of a GPU, and
+    the window holds one more chunk per GPU than run at once, so a worker finishing a chunk
+    starts the next without waiting for the flow to hear of it; with CPU workers (no
+    resource), two chunks per worker."""
+    gpus = gpu_slots(client)
+    if gpus:
+        return (CHUNKS_PER_GPU + 1) * gpus, {"GPU": 1 / CHUNKS_PER_GPU}
+    return 2 * (worker_count(client) or 1), None
 
 
 def no_answer_reason(address: str, exc: BaseException) -> str:

@@ -144,16 +144,13 @@ def _run(
     stopping = threading.Event()
     summaries: Iterator[ChunkSummary] = iter(())
     if client is not None and work.jobs:
-        from .cluster import gpu_slots, worker_count  # Dask only where chunks go out
+        from .cluster import chunk_dispatch_shape  # Dask only where chunks go out
 
-        gpus = gpu_slots(client)
+        default_window, resources = chunk_dispatch_shape(client)
         summaries = dispatch(
-            client,
-            list(work.jobs),
-            window=window or 2 * (gpus or worker_count(client) or 1),
-            resources={"GPU": 1} if gpus else None,
+            client, list(work.jobs), window=window or default_window, resources=resources,
             stop=stopping,
-        )
+        )  # fmt: skip
     try:
         for summary in summaries:
             recorder.record(summary)

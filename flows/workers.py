@@ -1,9 +1,11 @@
 """`svfx worker`: workers for an existing scheduler. One `dask worker` process per GPU,
-each seeing only its GPU (``CUDA_VISIBLE_DEVICES``) and declaring ``GPU=1``, one thread, so
-two chunks never share a CUDA context. With no GPU (``--gpus 0``) the CPU workers of the
-node's plan (`tasks.node_threads`: how many, and each one's torch and EXR threads), without
-the GPU resource. The processes are plain `dask worker` (nanny-managed: restarted if they die);
-SIGINT and SIGTERM (docker stop, Kubernetes, Slurm) are passed on and waited for."""
+each seeing only its GPU (``CUDA_VISIBLE_DEVICES``) and declaring ``GPU=1``, one process per
+GPU, so one CUDA context each, with `flows.cluster.CHUNKS_PER_GPU` threads: chunks at once,
+whose model stages take the device in turn (`tasks.chunk_worker`). With no GPU (``--gpus 0``)
+the CPU workers of the node's plan (`tasks.node_threads`: how many, and each one's torch and
+EXR threads), without the GPU resource. The processes are plain `dask worker` (nanny-managed:
+restarted if they die); SIGINT and SIGTERM (docker stop, Kubernetes, Slurm) are passed on and
+waited for."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from types import FrameType
 from tasks.node_threads import ThreadPlan, node_plan
 
 from .cluster import (
+    CHUNKS_PER_GPU,
     local_gpu_count,
     scheduler_dashboard,
     scheduler_identity,
@@ -53,20 +56,22 @@ def worker_commands(
     """The command and extra environment of each worker process to start: one per GPU, or
     with none the CPU workers of ``plan`` (the node's, `tasks.node_threads`, when None), each
     with its threads in its environment. ``memory_limit`` "auto" is the node's memory split
-    evenly among them (Dask's own "auto" would give each nthreads/cores of it)."""
+    evenly among them (Dask's own "auto" would give each nthreads/cores of it). A GPU worker
+    runs at least `CHUNKS_PER_GPU` threads."""
     devices = visible_gpus(gpus)
     if not devices:
         plan = plan or node_plan()
     count = len(devices) or (plan.workers if plan else 1)
     if memory_limit == "auto":
         memory_limit = f"{1 / count:.4f}"  # a fraction of the node's memory (Dask: <= 1)
+    threads = nthreads if plan is not None else max(nthreads, CHUNKS_PER_GPU)
     base = [
         sys.executable,
         "-m",
         "distributed.cli.dask_worker",
         address,
         "--nthreads",
-        str(nthreads),
+        str(threads),
         "--memory-limit",
         memory_limit,
     ]

@@ -14,7 +14,11 @@ pixels). Three stages overlap so the model's device never waits on the host:
                     frame's Zarr region, previews, pose fragment, frame record
                     (``tasks.frame_writing``); at most `WRITE_BEHIND` frames queued
 
-so frame N+1's inference runs while frame N is encoded. Every queue is bounded: memory is
+so frame N+1's inference runs while frame N is encoded. A GPU worker runs two chunks at once
+(`flows.cluster`) and their model stages take the device in turn, each whole under one lock
+per process (`DEVICE_STAGE`): while one chunk's model stage runs, the other sets up and reads
+its first frames, or writes its last, so the device does not idle at chunk boundaries. Each
+chunk's ``model_s`` is the device time of its own stage. Every queue is bounded: memory is
 flat in the chunk's (and the shot's) length. Everything written is idempotent (atomic files,
 whole Zarr chunks), so a chunk rerun after a worker dies rewrites the same bytes. A frame that
 fails is recorded with the file, frame and reason (the output that could not be written, when
@@ -56,6 +60,10 @@ log = logging.getLogger("svfx.worker")
 READ_AHEAD = 2
 WRITE_BEHIND = 2
 FRAMES_PER_BATCH = 2  # frames whose tiles share model batches
+# One chunk's model stage at a time in this process (one device per worker process): taken
+# before its first frame is inferred and given back after its last, so two chunks of one
+# worker never interleave on the device (nor hold two chunks' tensors there).
+DEVICE_STAGE = threading.Lock()
 _ENCODER_LOCK = threading.Lock()
 _ENCODER_THREADS: int | None = None
 _PRECISIONS_SAID: set[object] = set()
@@ -69,7 +77,8 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     if job.source is not None:  # a stabilised version: no model runs
         from tasks.stabilise_worker import stabilise_chunk
 
-        return stabilise_chunk(job)
+        with DEVICE_STAGE:  # the whole chunk: its fusion runs on the device throughout
+            return stabilise_chunk(job)
     start = time.perf_counter()
     spec = ShotSpec.model_validate(job.spec)
     load_s = 0.0
@@ -78,7 +87,6 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
             job.checkpoints, precision=spec.precision, batch_size=spec.batch_size
         )
     size_encoder_threads(on_cpu=predictor.device.type == "cpu")
-    model_before = predictor.timer.seconds()
     colour = ColourConversion(job.plate_colorspace)
     context = chunk_context(
         job,
@@ -97,7 +105,7 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     finally:
         runner.store.close()
     summary.wall_s = time.perf_counter() - start
-    summary.model_s = predictor.timer.seconds() - model_before
+    summary.model_s = runner.model_s
     summary.load_s = load_s
     summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return summary
@@ -143,6 +151,7 @@ class _ChunkRunner:
         self.job = job
         self.spec = spec
         self.predictor = predictor
+        self.model_s = 0.0  # device time of this chunk's model stage
         self.colour = colour
         self.precision_reason = str(context.environment.get("precision_reason", ""))
         self.compiled = str(context.environment.get("compiled", ""))
@@ -189,33 +198,48 @@ class _ChunkRunner:
         done: list[FrameSummary] = []
         pending: list[Future[FrameSummary]] = []
         with ThreadPoolExecutor(WRITE_BEHIND, thread_name_prefix="svfx-write") as writers:
-            finished = False
-            while not finished:
-                group: list[ReadFrame] = []
-                item = frames.get()
-                while True:
-                    if item is None:
-                        finished = True
-                        break
-                    if isinstance(item, FrameSummary):
-                        done.append(item)  # failed while reading
-                    else:
-                        group.append(item)
-                    if len(group) >= FRAMES_PER_BATCH:
-                        break
-                    # wait for the next frame rather than taking what is ready: groups (and
-                    # so model batches) are then the same on every run, and so are the bytes
-                    item = frames.get()
-                if not group:
-                    continue
-                for inferred in self._infer_group(group, done):
-                    # bound the frames held by the writers: wait for the oldest
-                    while sum(not f.done() for f in pending) >= WRITE_BEHIND:
-                        next(f for f in pending if not f.done()).result()
-                    pending.append(writers.submit(self.writer.write, inferred))
-            done.extend(f.result() for f in pending)
+            with DEVICE_STAGE:  # the reader reads ahead while another chunk has the device
+                timer_before = self.predictor.timer.seconds()
+                self._model_stage(frames, done, pending, writers)
+                # waits for this stage's device work: the next stage's time is its own
+                self.model_s = self.predictor.timer.seconds() - timer_before
+            done.extend(f.result() for f in pending)  # the writers drain meanwhile
         reader.join()
         return sorted(done, key=lambda s: s.frame)
+
+    def _model_stage(
+        self,
+        frames: queue.Queue[ReadFrame | FrameSummary | None],
+        done: list[FrameSummary],
+        pending: list[Future[FrameSummary]],
+        writers: ThreadPoolExecutor,
+    ) -> None:
+        """Every read frame through the models in groups, each inferred frame handed to the
+        writers (at most `WRITE_BEHIND` waiting)."""
+        finished = False
+        while not finished:
+            group: list[ReadFrame] = []
+            item = frames.get()
+            while True:
+                if item is None:
+                    finished = True
+                    break
+                if isinstance(item, FrameSummary):
+                    done.append(item)  # failed while reading
+                else:
+                    group.append(item)
+                if len(group) >= FRAMES_PER_BATCH:
+                    break
+                # wait for the next frame rather than taking what is ready: groups (and so
+                # model batches) are then the same on every run, and so are the bytes
+                item = frames.get()
+            if not group:
+                continue
+            for inferred in self._infer_group(group, done):
+                # bound the frames held by the writers: wait for the oldest
+                while sum(not f.done() for f in pending) >= WRITE_BEHIND:
+                    next(f for f in pending if not f.done()).result()
+                pending.append(writers.submit(self.writer.write, inferred))
 
     def _infer_group(self, group: list[ReadFrame], done: list[FrameSummary]) -> list[InferredFrame]:
         """Run the models on several frames at once; on error, frame by frame, so one bad

@@ -105,3 +105,54 @@ def test_models_stay_resident_and_a_rerun_rewrites_the_same_bytes(shot):
 def test_default_focal_is_the_canonical_camera_scaled_to_the_frame():
     assert default_focal(1024, 768) == pytest.approx(768)
     assert default_focal(1080, 1920) == pytest.approx(768 * 1920 / 1024)
+
+
+def test_two_chunks_at_once_take_the_device_in_turn_and_read_meanwhile(tmp_path, monkeypatch):
+    """A GPU worker runs two chunks at once (`flows.cluster.CHUNKS_PER_GPU`): their model
+    stages never overlap, and one chunk reads its frames while the other has the device."""
+    import threading
+    import time
+
+    import tasks.chunk_worker as chunk_worker
+    from tasks.frame_inference import FrameInference
+    from tasks.frame_reading import FrameReader
+
+    pattern = make_plate(tmp_path / "plates", frames=6)
+    spec = parse_spec(spec_data(pattern, tmp_path / "out", passes="matte", chunk_frames=3))
+    first = small_chunk_job(tmp_path / "a", pattern, spec, (1001, 1002, 1003))
+    second = small_chunk_job(tmp_path / "b", pattern, spec, (1004, 1005, 1006))
+    process_chunk(first)  # the models resident, as on a warm worker
+    stages: dict[int, list[tuple[float, float]]] = {}  # chunk's first frame -> model groups
+    reads: dict[int, float] = {}  # frame -> when its reading began
+
+    class Slow(FrameInference):
+        def run(self, group):
+            began = time.monotonic()
+            time.sleep(0.2)  # a device slow enough for the other chunk to want it meanwhile
+            out = super().run(group)
+            chunk = 1001 if group[0].number <= 1003 else 1004
+            stages.setdefault(chunk, []).append((began, time.monotonic()))
+            return out
+
+    real_read = FrameReader.read
+
+    def read(self, number, uri, summary):
+        reads.setdefault(number, time.monotonic())
+        return real_read(self, number, uri, summary)
+
+    monkeypatch.setattr(chunk_worker, "FrameInference", Slow)
+    monkeypatch.setattr(FrameReader, "read", read)
+    summaries = {}
+    threads = [
+        threading.Thread(target=lambda j=job: summaries.__setitem__(j.frames[0], process_chunk(j)))
+        for job in (first, second)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(f.status == "done" for s in summaries.values() for f in s.frames)
+    spans = {chunk: (calls[0][0], calls[-1][1]) for chunk, calls in stages.items()}
+    earlier, later = sorted(spans, key=lambda chunk: spans[chunk])
+    assert spans[earlier][1] <= spans[later][0]  # in turn, each stage whole
+    assert reads[later] < spans[earlier][1]  # the later chunk read while the first had the device

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import signal
 import threading
@@ -219,3 +220,39 @@ def test_a_flow_killed_mid_shot_redoes_only_the_missing_frames(home, cluster):
     assert not set(resumed.adopted) & set(recorded)
     assert sorted(resumed.done + resumed.adopted) == sorted(set(range(1001, 1009)) - set(recorded))
     assert resumed.chunks == len(resumed.done) // 2
+
+
+def test_a_gpu_worker_runs_two_chunks_at_once_and_every_frame_once(home):
+    """The flow keeps a GPU worker fed: on a cluster of one GPU worker (as `svfx submit`
+    starts on a one-GPU node; the models here on the CPU), two of its chunks run at once (one
+    reads and writes while the other has the device) and every frame is recorded once."""
+    from distributed import get_task_stream
+
+    from flows.cluster import CHUNKS_PER_GPU, chunk_dispatch_shape, start_local_cluster
+    from flows.planning import plan_shot
+    from flows.shot_runner import run_planned_shot
+    from schemas.spec import parse_spec
+
+    settings = settings_for(home)
+    pattern = make_plate(home / "plates", frames=8)
+    spec = parse_spec(spec_data(pattern, home / "out", passes="matte", chunk_frames=2))
+    catalog = open_catalog(settings.catalog)
+    with start_local_cluster(gpus=1) as local, Client(local) as client:
+        assert chunk_dispatch_shape(client) == (CHUNKS_PER_GPU + 1, {"GPU": 1 / CHUNKS_PER_GPU})
+        with get_task_stream(client) as stream:
+            result = run_planned_shot(plan_shot(spec, settings), catalog, client)
+    assert result.status == "complete" and sorted(result.done) == list(range(1001, 1009))
+    chunks = sorted(
+        (part["start"], part["stop"])
+        for task in stream.data
+        if str(task["key"]).startswith("svfx-chunk-")
+        for part in task["startstops"]
+        if part["action"] == "compute"
+    )
+    assert len(chunks) == 4
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(chunks))
+    with catalog.engine.connect() as conn:
+        job_frames = conn.execute(
+            select(func.count()).where(JobFrame.job_id == result.job_id)
+        ).scalar_one()
+    assert job_frames == 8

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from flows import workers
 from flows.allocator import ALLOCATOR_ENV
-from flows.cluster import NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
+from flows.cluster import CHUNKS_PER_GPU, NANNY_SPAWN_ENV_VAR, PROFILE_ENV_VAR
 from flows.workers import visible_gpus, worker_commands
 from tasks.node_threads import NodeCores, node_plan, plan_threads
 from tests.shot_helpers import make_plate
@@ -72,7 +72,7 @@ def test_auto_starts_one_gpu_worker_per_visible_device(monkeypatch):
     for cmd, _env in commands:
         assert cmd[:4] == [sys.executable, "-m", "distributed.cli.dask_worker", ADDRESS]
         assert _flag(cmd, "--resources") == "GPU=1"
-        assert _flag(cmd, "--nthreads") == "1"
+        assert _flag(cmd, "--nthreads") == str(CHUNKS_PER_GPU)  # chunks at once per GPU
     names = [_flag(cmd, "--name") for cmd, _env in commands]
     assert len(set(names)) == 2
     assert names[0].startswith("gpu2-") and names[1].startswith("gpu3-")
