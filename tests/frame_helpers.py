@@ -21,7 +21,7 @@ def read_frame(rgb: np.ndarray, number: int = 1001) -> ReadFrame:
     return ReadFrame(number, plate.uri, plate, rgb, FrameSummary(number, plate.uri, "done"))
 
 
-def frame_spec(passes: Iterable[str], *, batch_size: int, previews: bool) -> Any:
+def frame_spec(passes: Iterable[str], *, batch_size: int, previews: bool, **extra: Any) -> Any:
     return parse_spec(
         {
             "plate": "/plates/p.####.exr",
@@ -32,5 +32,6 @@ def frame_spec(passes: Iterable[str], *, batch_size: int, previews: bool) -> Any
             "passes": ",".join(passes),
             "batch_size": batch_size,
             "previews": previews,
+            **extra,
         }
     )

@@ -25,7 +25,7 @@ from tasks.person_gate import (
     load_plugin,
 )
 from tasks.tiling import Region, plan_frame
-from tests.frame_helpers import read_frame
+from tests.frame_helpers import frame_spec, read_frame
 from tests.model_helpers import tiny
 
 # The figure a stand-in look knows about: a module the plugin variable can name.
@@ -50,20 +50,7 @@ _FIGURE.nobody = _nobody
 
 def _spec(tiles: str, passes: tuple[str, ...], tile_hw: tuple[int, int] | None = None):
     tiling = {"tile_height": tile_hw[0], "tile_width": tile_hw[1]} if tile_hw else {}
-    return parse_spec(
-        {
-            "plate": "/plates/p.####.exr",
-            "show": "s",
-            "sequence": "q",
-            "shot": "h",
-            "colorspace": "lin_rec709",
-            "passes": ",".join(passes),
-            "batch_size": 4,
-            "previews": False,
-            "tiles": tiles,
-            "tiling": tiling,
-        }
-    )
+    return frame_spec(passes, batch_size=4, previews=False, tiles=tiles, tiling=tiling)
 
 
 _MODELS = {"normal": ("normal", 2), "matte": ("matting", 4), "seg": ("seg", 5)}
