@@ -222,7 +222,9 @@ def run(
         "passes": list(spec.passes),
         "plate": plate,
         "tiles": tiles,
-        "person_gate": os.environ.get("SVFX_PERSON_GATE", "the model's look"),
+        "person_gate": "none: every tile"
+        if tiles == "all"
+        else os.environ.get("SVFX_PERSON_GATE", "the model's look"),
         **frame_tiles(catalog, result.job_id, frames),
         "status": result.status,
         "warm_up_s": round(warm_s, 2),  # model loads (and, with --compile, compiling)
