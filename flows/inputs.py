@@ -22,7 +22,7 @@ from schemas.spec import (
     resolved,
 )
 from storage.errors import FrameError
-from storage.exr_layout import exr_attribute, exr_layout, first_exr
+from storage.exr_layout import ExrHeader, first_exr, read_exr_header
 from storage.frame import Frame
 from storage.location import Location
 from storage.plate_reader import read_plate_frame
@@ -68,7 +68,7 @@ def check_inputs(spec: ShotSpec, settings: Settings) -> ShotInputs:
     problems = output_problems(paths) + frames_outside_roots(sequence, settings.roots)
     if problems:
         raise SpecError("\n".join(problems))
-    setting_problem = exr_layout_problem(spec, paths) or tiles_problem(spec, paths)
+    setting_problem = version_setting_problem(spec, paths)
     if setting_problem:
         raise SpecError(setting_problem)
     source = source_paths(spec, outputs, sequence.padding)
@@ -93,22 +93,22 @@ def source_paths(spec: ShotSpec, outputs: Location, padding: int) -> ShotOutputP
     return source
 
 
+def version_setting_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
+    """Why the version's EXRs cannot take the spec's settings that one version holds one of
+    (its EXR layout, its tiles): the first EXR listed and its header read once for both."""
+    header = _written_header(paths)
+    if header is None:
+        return None
+    return _layout_problem(spec, header) or _tiles_problem(spec, header)
+
+
 def exr_layout_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
     """Why the version's EXRs cannot take ``spec.exr_layout`` (None: they can). One version
     holds one layout: the Nuke script, the catalog and every reader of the version see one
     kind of file, so a resubmit that asks for the other is refused rather than rewriting
     frames in it (or choosing a version number for the user)."""
-    written = first_exr(paths.location, paths.exr_glob)
-    if written is None:
-        return None
-    layout = exr_layout(paths.at(written))
-    if layout == spec.exr_layout:
-        return None
-    return (
-        f"{written}: version {spec.version} of {spec.shot_path} was written with exr_layout "
-        f"{layout}, this submit asks for {spec.exr_layout}; submit it with exr_layout "
-        f"{layout}, or as a new version"
-    )
+    header = _written_header(paths)
+    return None if header is None else _layout_problem(spec, header)
 
 
 def tiles_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
@@ -116,16 +116,31 @@ def tiles_problem(spec: ShotSpec, paths: ShotOutputPaths) -> str | None:
     changes the pixels off the people, so one version holds frames of one setting; EXRs
     written before the gate (no ``TILES_KEY``) ran every tile. A stabilised version runs no
     tiles: its frames follow its source's."""
-    if spec.stabilised:
-        return None
+    header = _written_header(paths)
+    return None if header is None else _tiles_problem(spec, header)
+
+
+def _written_header(paths: ShotOutputPaths) -> ExrHeader | None:
     written = first_exr(paths.location, paths.exr_glob)
-    if written is None:
-        return None
-    tiles = exr_attribute(paths.at(written), TILES_KEY) or "all"
-    if tiles == spec.tiles:
+    return None if written is None else read_exr_header(paths.at(written))
+
+
+def _layout_problem(spec: ShotSpec, header: ExrHeader) -> str | None:
+    if header.layout == spec.exr_layout:
         return None
     return (
-        f"{written}: version {spec.version} of {spec.shot_path} was made with tiles {tiles}, "
+        f"{header.uri}: version {spec.version} of {spec.shot_path} was written with exr_layout "
+        f"{header.layout}, this submit asks for {spec.exr_layout}; submit it with exr_layout "
+        f"{header.layout}, or as a new version"
+    )
+
+
+def _tiles_problem(spec: ShotSpec, header: ExrHeader) -> str | None:
+    tiles = header.attributes.get(TILES_KEY) or "all"
+    if spec.stabilised or tiles == spec.tiles:
+        return None
+    return (
+        f"{header.uri}: version {spec.version} of {spec.shot_path} was made with tiles {tiles}, "
         f"this submit asks for tiles {spec.tiles}; submit it with --tiles {tiles}, or as a "
         "new version"
     )

@@ -8,6 +8,8 @@ describes its layers: `sapiens2/content` in each part (multipart), or
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import OpenEXR
 
 from storage.errors import StorageError
@@ -29,25 +31,46 @@ def _parts(location: Location) -> list[OpenEXR.Part]:
         raise StorageError(f"{location.uri}: not a readable OpenEXR file ({exc})") from exc
 
 
+@dataclass(frozen=True)
+class ExrHeader:
+    """What a resubmit checks of a version's EXR: its layout and its first part's string
+    attributes (svfx's provenance is on every part)."""
+
+    uri: str
+    layout: ExrLayout
+    attributes: dict[str, str]
+
+
+def read_exr_header(where: Where) -> ExrHeader:
+    """The header of the EXR at ``where``, read once; StorageError naming it when it cannot
+    be read or is not an EXR this platform wrote."""
+    location = as_location(where)
+    parts = _parts(location)
+    first = parts[0].header
+    if len(parts) > 1 or CONTENT_KEY in first:
+        layout: ExrLayout = "multipart"
+    elif any(str(key).startswith(CONTENT_KEY + "/") for key in first):
+        layout = "single"
+    else:
+        raise StorageError(f"{location.uri}: an EXR without {CONTENT_KEY}, not written by svfx")
+    attributes = {
+        str(k): v.decode() if isinstance(v, bytes) else v
+        for k, v in first.items()
+        if isinstance(v, (str, bytes))
+    }
+    return ExrHeader(location.uri, layout, attributes)
+
+
 def exr_attribute(where: Where, key: str) -> str | None:
     """The string attribute ``key`` of the first part of the EXR at ``where`` (None when it
     has none); StorageError naming the file when it cannot be read."""
-    value = _parts(as_location(where))[0].header.get(key)
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return read_exr_header(where).attributes.get(key)
 
 
 def exr_layout(where: Where) -> ExrLayout:
     """The layout of the EXR at ``where``: "multipart" or "single"; StorageError naming it
     when it is not an EXR this platform wrote."""
-    location = as_location(where)
-    parts = _parts(location)
-    if len(parts) > 1 or CONTENT_KEY in parts[0].header:
-        return "multipart"
-    if any(str(key).startswith(CONTENT_KEY + "/") for key in parts[0].header):
-        return "single"
-    raise StorageError(f"{location.uri}: an EXR without {CONTENT_KEY}, not written by svfx")
+    return read_exr_header(where).layout
 
 
 def first_exr(folder: Location, glob: str) -> str | None:

@@ -26,6 +26,7 @@ Per group (a few frames whose tiles share model batches):
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,10 +138,9 @@ class FrameInference:
     ) -> list[PersonLook | None]:
         """Where each frame's people are (None: every tile runs), noted on each frame."""
         t0 = time.perf_counter()
-        if self.gate is None or isinstance(self.gate, str):
-            note = self.gate
-            looks: list[PersonLook | None] = [None] * len(group)
-        else:
+        looks: list[PersonLook | None] = [None] * len(group)
+        note = None
+        if self.gate is not None:
             looks, note = self.gate.look(frames)
         share = (time.perf_counter() - t0) / len(group)
         for read, look in zip(group, looks, strict=True):
@@ -184,8 +184,9 @@ class FrameInference:
             for t, tile in enumerate(plan.tiles)
             if look is None or look.touches(tile.box)
         ]
+        ran_by_frame = Counter(i for i, _ in work)
         for i, read in enumerate(group):
-            ran = sum(1 for j, _ in work if j == i)
+            ran = ran_by_frame[i]
             tiles = read.summary.tiles
             tiles["run"] = tiles.get("run", 0) + ran
             tiles["skipped"] = tiles.get("skipped", 0) + len(plan.tiles) - ran

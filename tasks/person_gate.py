@@ -112,52 +112,55 @@ def load_plugin(text: str) -> Plugin:
 
 
 class PersonGate:
-    """The look of a job: ``look(frames)`` gives each frame's ``PersonLook``, or None with a
-    note when every tile must run."""
+    """The look of a job: ``look(frames)`` gives each frame's ``PersonLook``, or None for each
+    with a note when the gate is blind (every tile runs: no person-mask model to look with, or
+    an untrained one and no plugin)."""
 
-    def __init__(self, predictor: Predictor, pass_name: str, plugin: Plugin | None) -> None:
+    def __init__(self, predictor: Predictor, pass_name: str | None, plugin: Plugin | None) -> None:
         self.predictor = predictor
         self.pass_name = pass_name
         self.plugin = plugin
-        self.trained = predictor.infos[pass_name].trained
+        self.blind: str | None = None  # why every tile runs, the frames' note
+        if pass_name is None:
+            wanted = " or ".join(pass_table.PERSON_MASK_FROM)
+            self.blind = (
+                f"person gate: every tile ran (the job runs no {wanted} model to look with)"
+            )
+        elif plugin is None and not predictor.infos[pass_name].trained:
+            self.blind = f"person gate: every tile ran (the {pass_name} model is untrained)"
 
     @classmethod
-    def for_job(cls, spec: ShotSpec, predictor: Predictor) -> PersonGate | str | None:
-        """The job's gate; None when it runs every tile by choice or has no tiled pass; a
-        note (why every tile runs) when it has no person-mask model to look with."""
+    def for_job(cls, spec: ShotSpec, predictor: Predictor) -> PersonGate | None:
+        """The job's gate; None when it runs every tile by choice or has no tiled pass."""
         tiled = [n for n in spec.model_passes if pass_table.BY_NAME[n].background is not None]
         if spec.tiles != "people" or not tiled:
             return None
         name = next((n for n in pass_table.PERSON_MASK_FROM if n in predictor.models), None)
-        if name is None:
-            wanted = " or ".join(pass_table.PERSON_MASK_FROM)
-            return f"person gate: every tile ran (the job runs no {wanted} model to look with)"
         plugin = os.environ.get(PLUGIN_VARIABLE)
         return cls(predictor, name, load_plugin(plugin) if plugin else None)
 
     def look(self, frames: Sequence[Tensor]) -> tuple[list[PersonLook | None], str | None]:
         """Each frame's look (frames (3, H, W) of one size), and a note for every frame."""
-        if self.plugin is None and not self.trained:
-            note = f"person gate: every tile ran (the {self.pass_name} model is untrained)"
-            return [None] * len(frames), note
+        if self.blind is not None or self.pass_name is None:
+            return [None] * len(frames), self.blind
         batch = torch.stack(list(frames))
         height, width = batch.shape[-2:]
-        probability = self._model_look(batch)
+        probability = self._model_look(batch, self.pass_name)
         if self.plugin is not None:
             probability = self.plugin(batch, probability)
         masks = (probability >= THRESHOLD).cpu().numpy()
         looks: list[PersonLook | None] = [PersonLook(m, height, width) for m in masks]
         return looks, None
 
-    def _model_look(self, batch: Tensor) -> Tensor:
+    def _model_look(self, batch: Tensor, name: str) -> Tensor:
         """(B, h, w) person probabilities of the frames shrunk to the model's long side."""
-        long_side = max(self.predictor.infos[self.pass_name].input_hw)
+        long_side = max(self.predictor.infos[name].input_hw)
         height, width = batch.shape[-2:]
         scale = min(1.0, long_side / max(height, width))
         if scale < 1.0:
             size = (max(1, round(height * scale)), max(1, round(width * scale)))
             batch = F.interpolate(batch, size=size, mode="area")
-        out = self.predictor.predict_batch(batch, self.pass_name)[self.pass_name]
-        if pass_table.BY_NAME[self.pass_name].values == "labels":
+        out = self.predictor.predict_batch(batch, name)[name]
+        if pass_table.BY_NAME[name].values == "labels":
             return 1.0 - out[:, BACKGROUND]
         return out[:, 0]
