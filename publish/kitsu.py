@@ -22,61 +22,43 @@ from typing import Any
 
 from schemas.settings import Settings, secret
 
-from .errors import PublishRefused, TrackerLoginRefused, TrackerRefused, TrackerUnavailable
+from .errors import PublishRefused
 from .item import PublishedFile, PublishItem
 from .local_files import local_path
-from .tracker import Published, login_settings, redact
+from .tracker import ClientErrors, Published, TrackerAdapter, login_settings, translated
 
 OUTPUT_TYPES = {"exr": ("EXR", "exr"), "zarr": ("Zarr", "zarr"), "nuke": ("Nuke Script", "nk")}
-REVIEW_STATUS = "wfa"
-FILE_STATUS = (
-    "Created"  # an output file needs one; a fresh Kitsu has none  # Kitsu's "Waiting For Approval"
-)
+REVIEW_STATUS = "wfa"  # Kitsu's "Waiting For Approval"
+FILE_STATUS = "Created"  # an output file needs one; a fresh Kitsu has none
+ERRORS = ClientErrors(  # gazu's and requests' exceptions
+    login=frozenset({"AuthFailedException", "NotAuthenticatedException"}),
+    login_settings="SVFX_KITSU_EMAIL and SVFX_KITSU_PASSWORD",
+    unavailable=frozenset({
+        "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "ServerErrorException",
+        "HostException",
+    }),
+    unavailable_types=(OSError,),
+    refused=frozenset({
+        "ParameterException", "NotAllowedException", "ValidationException",
+        "RouteNotFoundException", "UploadFailedException",
+    }),
+)  # fmt: skip
 
 
-class KitsuTracker:
+class KitsuTracker(TrackerAdapter):
     name = "kitsu"
+    label = "Kitsu"
+    errors = ERRORS
 
     def __init__(self, client: Any, where: str, password: str | None = None) -> None:
+        super().__init__(where, password)
         self.client = client
-        self.where = where
-        self._password = password
-
-    def publish(self, item: PublishItem) -> Published:
-        try:
-            return self._publish(item)
-        except (TrackerRefused, TrackerUnavailable):
-            raise
-        except Exception as exc:
-            raise _translated(exc, self.where, self._password) from None
 
     def _publish(self, item: PublishItem) -> Published:
         import gazu
 
         c = self.client
-        project = gazu.project.get_project_by_name(item.show, client=c)
-        if project is None:
-            raise TrackerRefused(f"Kitsu at {self.where} has no project named {item.show!r}")
-        sequence = gazu.shot.get_sequence_by_name(project, item.sequence, client=c)
-        if sequence is None:
-            self._may_create(item, f"sequence {item.sequence!r}")
-            sequence = gazu.shot.new_sequence(project, item.sequence, client=c)
-        shot = gazu.shot.get_shot_by_name(sequence, item.shot, client=c)
-        if shot is None:
-            self._may_create(item, f"shot {item.shot!r}")
-            shot = gazu.shot.new_shot(
-                project, sequence, item.shot,
-                frame_in=item.first_frame, frame_out=item.last_frame, client=c,
-            )  # fmt: skip
-        task_type = gazu.task.get_task_type_by_name(item.task, "Shot", client=c)
-        if task_type is None:
-            self._may_create(item, f"task type {item.task!r}")
-            task_type = gazu.task.new_task_type(item.task, for_entity="Shot", client=c)
-            gazu.project.add_task_type(project, task_type, priority=1, client=c)
-        task = gazu.task.get_task_by_entity(shot, task_type, client=c)
-        if task is None:
-            self._may_create(item, f"{item.task!r} task")
-            task = gazu.task.new_task(shot, task_type, client=c)
+        project, sequence, shot, task_type, task = self._entities(gazu, item)
         ids: dict[str, Any] = {
             "project": project["id"],
             "sequence": sequence["id"],
@@ -88,6 +70,47 @@ class KitsuTracker:
             shot, task_type=task_type, name=item.code, client=c
         )
         made = {f["representation"]: f for f in found}
+        created = self._review(gazu, item, task, ids)
+        data = {k: ids.get(k) for k in ("comment", "preview_file", "revision")}
+        for f in item.files:
+            if f.kind not in made:
+                made[f.kind] = self._output_file(gazu, item, f, shot, task_type, data)
+                created = True
+        ids["output_files"] = sorted(f["id"] for f in made.values())
+        return Published(ids, created=created)
+
+    def _entities(self, gazu: Any, item: PublishItem) -> tuple[Any, Any, Any, Any, Any]:
+        """The item's project, sequence, shot, task type and task, each found or made."""
+        c = self.client
+        project = gazu.project.get_project_by_name(item.show, client=c)
+        if project is None:
+            raise self.no_project(item)
+        sequence = gazu.shot.get_sequence_by_name(project, item.sequence, client=c)
+        if sequence is None:
+            self.may_create(item, f"sequence {item.sequence!r}")
+            sequence = gazu.shot.new_sequence(project, item.sequence, client=c)
+        shot = gazu.shot.get_shot_by_name(sequence, item.shot, client=c)
+        if shot is None:
+            self.may_create(item, f"shot {item.shot!r}")
+            shot = gazu.shot.new_shot(
+                project, sequence, item.shot,
+                frame_in=item.first_frame, frame_out=item.last_frame, client=c,
+            )  # fmt: skip
+        task_type = gazu.task.get_task_type_by_name(item.task, "Shot", client=c)
+        if task_type is None:
+            self.may_create(item, f"task type {item.task!r}")
+            task_type = gazu.task.new_task_type(item.task, for_entity="Shot", client=c)
+            gazu.project.add_task_type(project, task_type, priority=1, client=c)
+        task = gazu.task.get_task_by_entity(shot, task_type, client=c)
+        if task is None:
+            self.may_create(item, f"{item.task!r} task")
+            task = gazu.task.new_task(shot, task_type, client=c)
+        return project, sequence, shot, task_type, task
+
+    def _review(self, gazu: Any, item: PublishItem, task: Any, ids: dict[str, Any]) -> bool:
+        """The version's comment with its clip and contact sheet, found or made; their ids
+        go into ``ids``. True when anything was made."""
+        c = self.client
         comment = self._our_comment(gazu, task, item)
         created = comment is None
         if comment is None:
@@ -115,13 +138,7 @@ class KitsuTracker:
                 created = True
             if sheet is not None:
                 ids["thumbnail"] = sheet["id"]
-        data = {k: ids.get(k) for k in ("comment", "preview_file", "revision")}
-        for f in item.files:
-            if f.kind not in made:
-                made[f.kind] = self._output_file(gazu, item, f, shot, task_type, data)
-                created = True
-        ids["output_files"] = sorted(f["id"] for f in made.values())
-        return Published(ids, created=created)
+        return created
 
     def _our_comment(self, gazu: Any, task: Any, item: PublishItem) -> Any:
         """The comment an earlier publish of this version posted on the task (its text names
@@ -162,32 +179,10 @@ class KitsuTracker:
             client=c,
         )
 
-    def _may_create(self, item: PublishItem, what: str) -> None:
-        if not item.create_missing:
-            raise TrackerRefused(
-                f"Kitsu at {self.where} has no {what} for {item.show}/{item.sequence}/"
-                f"{item.shot} (set SVFX_PUBLISH_CREATE=true to create it)"
-            )
-
 
 def _translated(exc: Exception, where: str, password: str | None) -> Exception:
     """gazu's and requests' exceptions as ours, the password never in them."""
-    message = redact(f"{type(exc).__name__}: {exc}", password)
-    kind = type(exc).__name__
-    if kind in {"AuthFailedException", "NotAuthenticatedException"}:
-        return TrackerLoginRefused(
-            f"Kitsu at {where} refuses the login ({message}); check SVFX_KITSU_EMAIL and "
-            "SVFX_KITSU_PASSWORD"
-        )
-    if isinstance(exc, OSError) or kind in {
-        "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "ServerErrorException",
-        "HostException",
-    }:  # fmt: skip
-        return TrackerUnavailable(f"Kitsu at {where} is not reachable: {message}")
-    if kind in {"ParameterException", "NotAllowedException", "ValidationException",
-                "RouteNotFoundException", "UploadFailedException"}:  # fmt: skip
-        return TrackerRefused(f"Kitsu at {where} refuses the publish: {message}")
-    return exc
+    return translated(exc, "Kitsu", where, password, ERRORS)
 
 
 def _bounded(session: Any, timeout_s: float) -> None:

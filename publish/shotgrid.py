@@ -20,36 +20,36 @@ from typing import Any
 
 from schemas.settings import Settings, secret
 
-from .errors import PublishRefused, TrackerLoginRefused, TrackerRefused, TrackerUnavailable
+from .errors import PublishRefused
 from .item import PublishedFile, PublishItem
 from .local_files import local_path
-from .tracker import Published, login_settings, redact
+from .tracker import ClientErrors, Published, TrackerAdapter, login_settings, translated
 
 FILE_TYPES = {"exr": "EXR Sequence", "zarr": "Zarr Store", "nuke": "Nuke Script"}
+ERRORS = ClientErrors(  # shotgun_api3's (and mockgun's) exceptions
+    login=frozenset({"AuthenticationFault"}),
+    login_settings="SVFX_SHOTGRID_SCRIPT and SVFX_SHOTGRID_SCRIPT_KEY",
+    unavailable=frozenset({"ProtocolError", "ResponseError"}),
+    unavailable_types=(OSError, socket.timeout),
+    refused=frozenset({"Fault", "ShotgunError", "MockgunError"}),
+)
 
 
-class ShotGridTracker:
+class ShotGridTracker(TrackerAdapter):
     name = "shotgrid"
+    label = "ShotGrid"
+    errors = ERRORS
 
     def __init__(self, sg: Any, where: str, key: str | None = None) -> None:
+        super().__init__(where, key)
         self.sg = sg
-        self.where = where  # the site, for messages
-        self._key = key
         self._storages: list[dict[str, Any]] | None = None  # the site's LocalStorages
-
-    def publish(self, item: PublishItem) -> Published:
-        try:
-            return self._publish(item)
-        except (TrackerRefused, TrackerUnavailable):
-            raise
-        except Exception as exc:
-            raise _translated(exc, self.where, self._key) from None
 
     def _publish(self, item: PublishItem) -> Published:
         sg = self.sg
         project = sg.find_one("Project", [["name", "is", item.show]], ["name"])
         if project is None:
-            raise TrackerRefused(f"ShotGrid at {self.where} has no project named {item.show!r}")
+            raise self.no_project(item)
         project = _link(project)
         sequence = self._find_or_create(
             "Sequence", [["project", "is", project], ["code", "is", item.sequence]],
@@ -153,12 +153,7 @@ class ShotGridTracker:
         found = self.sg.find_one(entity_type, filters)
         if found is not None:
             return _link(found)
-        what = f"{entity_type} {fields.get('code') or fields.get('content')!r}"
-        if not item.create_missing:
-            raise TrackerRefused(
-                f"ShotGrid at {self.where} has no {what} for {item.show}/{item.sequence}/"
-                f"{item.shot} (set SVFX_PUBLISH_CREATE=true to create it)"
-            )
+        self.may_create(item, f"{entity_type} {fields.get('code') or fields.get('content')!r}")
         return _link(self.sg.create(entity_type, fields))
 
 
@@ -174,18 +169,7 @@ def _local(uri: str | None) -> str | None:
 
 def _translated(exc: Exception, where: str, key: str | None) -> Exception:
     """A client's exception as ours: the login refused, the site away, a name refused."""
-    message = redact(f"{type(exc).__name__}: {exc}", key)
-    kind = type(exc).__name__
-    if kind == "AuthenticationFault":
-        return TrackerLoginRefused(
-            f"ShotGrid at {where} refuses the login ({message}); check SVFX_SHOTGRID_SCRIPT "
-            "and SVFX_SHOTGRID_SCRIPT_KEY"
-        )
-    if isinstance(exc, OSError | socket.timeout) or kind in {"ProtocolError", "ResponseError"}:
-        return TrackerUnavailable(f"ShotGrid at {where} is not reachable: {message}")
-    if kind in {"Fault", "ShotgunError", "MockgunError"}:
-        return TrackerRefused(f"ShotGrid at {where} refuses the publish: {message}")
-    return exc
+    return translated(exc, "ShotGrid", where, key, ERRORS)
 
 
 def connect(settings: Settings) -> ShotGridTracker:

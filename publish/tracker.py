@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from .errors import PublishRefused
+from .errors import PublishRefused, TrackerLoginRefused, TrackerRefused, TrackerUnavailable
 from .item import PublishItem
 
 
@@ -62,3 +62,68 @@ def login_settings(
     if missing:
         raise PublishRefused(f"publishing to {tracker} needs {', '.join(missing)}")
     return secret
+
+
+@dataclass(frozen=True)
+class ClientErrors:
+    """How a tracker's client names its failures (exception class names): a login refused
+    (and the settings to check), the tracker away, a publish refused."""
+
+    login: frozenset[str]
+    login_settings: str
+    unavailable: frozenset[str]
+    unavailable_types: tuple[type[BaseException], ...]
+    refused: frozenset[str]
+
+
+def translated(
+    exc: Exception, tracker: str, where: str, secret: str | None, errors: ClientErrors
+) -> Exception:
+    """A client's exception as ours (the login refused, the tracker away, a name refused), the
+    secret never in it; anything else as it is."""
+    message = redact(f"{type(exc).__name__}: {exc}", secret)
+    kind = type(exc).__name__
+    if kind in errors.login:
+        return TrackerLoginRefused(
+            f"{tracker} at {where} refuses the login ({message}); check {errors.login_settings}"
+        )
+    if isinstance(exc, errors.unavailable_types) or kind in errors.unavailable:
+        return TrackerUnavailable(f"{tracker} at {where} is not reachable: {message}")
+    if kind in errors.refused:
+        return TrackerRefused(f"{tracker} at {where} refuses the publish: {message}")
+    return exc
+
+
+class TrackerAdapter:
+    """What the adapters share: `publish` runs the adapter's ``_publish`` and answers any
+    other failure of its client as ours; the refusals that name a missing entity."""
+
+    name: ClassVar[str]  # the value of SVFX_PUBLISH
+    label: ClassVar[str]  # the tracker's name in messages
+    errors: ClassVar[ClientErrors]
+
+    def __init__(self, where: str, secret: str | None) -> None:
+        self.where = where  # the site, for messages
+        self._secret = secret
+
+    def publish(self, item: PublishItem) -> Published:
+        try:
+            return self._publish(item)
+        except (TrackerRefused, TrackerUnavailable):
+            raise
+        except Exception as exc:
+            raise translated(exc, self.label, self.where, self._secret, self.errors) from None
+
+    def _publish(self, item: PublishItem) -> Published:
+        raise NotImplementedError
+
+    def no_project(self, item: PublishItem) -> TrackerRefused:
+        return TrackerRefused(f"{self.label} at {self.where} has no project named {item.show!r}")
+
+    def may_create(self, item: PublishItem, what: str) -> None:
+        """Refuses, naming ``what`` is missing, unless the item may create it."""
+        if not item.create_missing:
+            raise TrackerRefused(
+                f"{self.label} at {self.where} has no {what} for {item.show}/{item.sequence}/"
+                f"{item.shot} (set SVFX_PUBLISH_CREATE=true to create it)"
+            )
