@@ -1,0 +1,160 @@
+"""The docs site's reference pages, generated from the code at build time.
+
+Sphinx loads this as an extension (``docs/conf.py``). When the builder starts it writes, into
+``docs/_generated/`` (ignored by git, never edited by hand):
+
+- ``openapi.json``: the web API's OpenAPI document, from ``api.app.create_app`` (the same
+  document ``/openapi.json`` serves), rendered by sphinxcontrib-openapi;
+- ``passes.md``: every pass, its models, EXR layers and Zarr array, from the pass table
+  (``schemas.passes.PASSES``);
+- ``infra/<name>.md``: the deployment recipes' READMEs (``infra/*/README.md``), their links
+  to each other pointed at the site's pages.
+
+``svfx`` is the Click command Typer builds from ``cli.main.app``; sphinx-click documents it
+(``{click} svfx_docs:svfx``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import typer.main
+
+from cli.main import app as _typer_app
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "docs" / "_generated"
+# The folders of infra/ with a README of their own, each a page of the operations guide.
+INFRA = ("local", "docker", "compose", "kubernetes", "slurm", "openjd", "prefect")
+
+svfx = typer.main.get_command(_typer_app)
+
+
+def _write(path: Path, text: str) -> None:
+    """Write only when the text changed, so Sphinx does not rebuild pages needlessly."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The web API's OpenAPI document, as the running API serves it. The app is built over
+    an in-memory SQLite engine: describing the routes reads no catalog."""
+    from sqlalchemy import create_engine
+
+    from api.app import create_app
+    from schemas.settings import Settings
+
+    return create_app(Settings(), engine=create_engine("sqlite://")).openapi()
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(values: Iterable[object]) -> str:
+    return ", ".join(f"`{v}`" for v in values) or "-"
+
+
+def passes_markdown() -> str:
+    """The pass table as Markdown: one overview table, then the EXR layers and Zarr arrays."""
+    from schemas import passes
+
+    lines = [
+        "| pass | what it is | made by (family: checkpoint task) | inference | default |",
+        "|---|---|---|---|---|",
+    ]
+    for p in passes.PASSES:
+        models = ", ".join(f"{family}: `{task}`" for family, task in p.models.items())
+        if not models:
+            models = "no model: optical flow of the plate" if p.inference == "plate_flow" else ""
+            models = models or f"from {_code(p.needs) if p.needs else 'another pass'}"
+        needs = f"; needs one of {_code(p.needs)}" if p.needs and p.models else ""
+        lines.append(
+            f"| `{p.name}` | {_cell(p.description)}{needs} | {models} | `{p.inference}` "
+            f"| {'yes' if p.default else 'no'} |"
+        )
+    lines += [
+        "",
+        "## EXR layers",
+        "",
+        "In the default multi-part layout each layer is a part of its own; in the single-part",
+        "layout every layer's channels are in one part (see the output layout page).",
+        "",
+        "| pass | part / layer | channels | type | colour tag | holds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in passes.PASSES:
+        for layer in p.exr:
+            channels = _code(layer.channels)
+            if layer.cryptomatte:
+                channels = f"Cryptomatte ranks: `{layer.part}00..02` `.R .G .B .A`"
+            tag = "scene-linear (the plate's space)" if layer.scene_linear else "`data`"
+            lines.append(
+                f"| `{p.name}` | `{layer.part}` | {channels} | {layer.dtype} | {tag} "
+                f"| {_cell(layer.content)} |"
+            )
+    lines += [
+        "",
+        "## Zarr arrays",
+        "",
+        "One array per pass in the shot's store, first dimension the frame. `H`, `W`: the",
+        "plate's height and width; `P`: people; `K`: keypoints.",
+        "",
+        "| pass | array | shape | type | dimensions | fill | holds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in passes.PASSES:
+        if p.zarr is None:
+            continue
+        z = p.zarr
+        shape = "(T, " + ", ".join(str(d) for d in z.trailing) + ")"
+        lines.append(
+            f"| `{p.name}` | `{z.name}` | `{shape}` | {z.dtype} | {_code(z.dims)} "
+            f"| `{z.fill}` | {_cell(z.content)} |"
+        )
+    lines += [
+        "",
+        "## Previews, QC and the Nuke script",
+        "",
+        "| pass | preview | temporal QC measures | Nuke script note | side file |",
+        "|---|---|---|---|---|",
+    ]
+    for p in passes.PASSES:
+        lines.append(
+            f"| `{p.name}` | {p.preview or '-'} | {p.qc or '-'} | {_cell(p.nuke_note) or '-'} "
+            f"| {p.side_file or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def infra_markdown(name: str) -> str:
+    """``infra/<name>/README.md`` with its links to the other recipes' READMEs pointed at
+    their pages here (``slurm/README.md`` -> ``slurm.md``); the page includes it."""
+    text = (ROOT / "infra" / name / "README.md").read_text()
+    text = re.sub(r"\]\(\.\./(\w+)/README\.md", r"](\1.md", text)
+    return re.sub(r"\]\((\w+)/README\.md", r"](\1.md", text)
+
+
+def generate(_app: object = None) -> None:
+    """Write every generated file (Sphinx's builder-inited event calls it)."""
+    _write(GENERATED / "openapi.json", json.dumps(openapi_document(), indent=1) + "\n")
+    _write(GENERATED / "passes.md", passes_markdown())
+    _write(GENERATED / "infra" / "overview.md", infra_overview())
+    for name in INFRA:
+        _write(GENERATED / "infra" / f"{name}.md", infra_markdown(name))
+
+
+def infra_overview() -> str:
+    """``infra/README.md``, its table's links pointed at the recipes' pages."""
+    text = (ROOT / "infra" / "README.md").read_text()
+    return re.sub(r"\]\((\w+)/README\.md\)", r"](\1.md)", text)
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", generate)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
