@@ -54,13 +54,10 @@ CHUNKS_PER_GPU = 2
 NANNY_SPAWN_ENV_VAR = "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON"
 _SPAWN_ENV_KEY = "distributed.nanny.pre-spawn-environ"
 
-# Dask's statistical profiler samples every worker thread's stack every 10 ms and keeps one
-# call tree per second for the last 1,000 seconds (`distributed.admin.low-level-log-length`)
-# and one per task prefix: Python objects a worker gains for its first 17 minutes whatever it
-# runs. Measured with tracemalloc on a 300-frame shot (`bench.shot`'s workers), it was the
-# whole of the workers' steady RSS growth (30-68 MB by the end, about 0.1-0.2 MB a frame;
-# the C heap stayed flat). Off on the workers this platform starts (the dashboard's Profile
-# page is then empty); DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True turns it back on.
+# Dask's statistical profiler keeps a history of sampled call trees, Python objects a worker
+# gains for its first minutes whatever it runs: it was the whole of our workers' steady RSS
+# growth (docs/design/allocator.md). Off on the workers this platform starts (the dashboard's
+# Profile page is then empty); DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=True turns it back on.
 PROFILE_KEY = "distributed.worker.profile.enabled"
 PROFILE_ENV_VAR = "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"
 

@@ -1,12 +1,11 @@
 """Giving freed memory back to the kernel when a Dask worker needs it to go on.
 
-The worker processes this platform starts keep freed blocks for reuse (``flows.cluster``'s
-``ALLOCATOR_ENV``: twice the speed on 4K frames on the CPU), so their resident size stays at
+The worker processes this platform starts keep freed blocks for reuse (``flows.allocator``'s
+``ALLOCATOR_ENV``: much faster on 4K frames on the CPU), so their resident size stays at
 its high-water mark. Dask pauses a worker whose resident size is above its ``pause``
 fraction of the memory limit (0.8 by default) and resumes it only once the size falls again;
 with nothing ever returned, a worker that once peaked above it (four real models on the CPU,
-say) would stay paused for good and its chunks would wait forever: measured, a 1 GiB worker
-that had allocated and freed 820 MB (852 MB resident, pause at 0.8) ran nothing more.
+say) would stay paused for good and its chunks would wait forever (docs/design/allocator.md).
 ``ReturnFreedMemory`` asks glibc to return what is free (``malloc_trim``) when a task ends
 above that fraction, and every second while the worker is paused, so a peak costs one trim
 rather than the worker. Within a chunk, frames still reuse the kept blocks.

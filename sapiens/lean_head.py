@@ -4,8 +4,8 @@ their layers one after another, without the full-size temporaries.
 Sapiens v1's depth head ends in four stride-2 deconvolutions and two 1x1 convs of 384
 channels at the full 1024x768 input: each of those maps is 1.2 GB in fp32 per image, and
 run plainly each layer keeps its input beside its output while oneDNN adds reorder buffers
-of its own (a 1024x768 tile peaked 4.6 GB above the weights in the head alone on the CPU;
-a whole-frame depth batch of two, twice that). Here, with no gradient wanted:
+of its own, several such maps at once (docs/design/cpu-inference.md). Here, with no gradient
+wanted:
 
 - the images of a batch go through the head one group at a time, a group as large as fits
   `GROUP_BYTES` per map (instance norm is per image, so the grouping changes nothing);

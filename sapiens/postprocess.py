@@ -12,7 +12,7 @@ def unit_normals(raw: Tensor) -> Tensor:
     """L2-normalise (B, 3, H, W) per pixel, the norm clamped at 1e-8 as upstream.
 
     The squares are added component by component: ``Tensor.norm`` over the channel axis
-    runs 16 times slower on the CPU (0.4 core-s for four 1024x768 tiles, against 0.025)."""
+    runs far slower on the CPU (docs/design/pixel-blocks.md)."""
     x, y, z = raw[:, 0], raw[:, 1], raw[:, 2]
     length = x * x
     length += y * y

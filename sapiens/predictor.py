@@ -48,14 +48,8 @@ from .preprocess import letterbox, normalize, pad_to_multiple, restore, stretch,
 # Sapiens2 letterboxes these tasks' inputs, stretches the others' (v1 stretches every one).
 LETTERBOXED = {NORMAL, ALBEDO, POINTMAP}
 # On a CPU one 1024x768 input already fills the cores' matrix units, and a larger batch only
-# adds memory. Measured on a 2-core Xeon with AMX, bf16, one thread per worker: Sapiens2-0.1b
-# seg at 1024x768, 6.2 s per image at batch 1 against 7.2 at batch 4 (fp32 11.9 against 13.2;
-# `python -m bench.model --sizes 0.1b --task seg --batch N --threads 1 --no-reference`); a
-# 1080p shot of every pass at 0.1b through the flow 368 s against 399, its workers' peak
-# memory 5.3 GB against 11.1 (`python -m bench.shot --frames 4 --chunk-frames 2 --model-size
-# 0.1b --batch-size N`); 0.4b's backbone 6.41 s per image at batch 1 against 8.08 at 2. The
-# tiny stand-ins' 256x192 inputs do gain from batching (the same shot at 1080p: 0.183 frames/s
-# at 4 against 0.161 at 1), and stay at `batch_size`.
+# adds memory and time (docs/design/cpu-inference.md). Smaller inputs (the tiny stand-ins'
+# 256x192) still share a call up to `batch_size`.
 CPU_PIXELS_PER_CALL = 1024 * 768
 log = logging.getLogger(__name__)
 
@@ -70,9 +64,9 @@ def sub_batch(batch_size: int, device: torch.device, input_hw: tuple[int, int]) 
 
 def channels_last_head(model: nn.Module) -> None:
     """On a CPU, a task head's convolutions in channels-last: oneDNN runs them without
-    reordering every activation to its blocked layout and back (measured on 0.4b normal at
-    1024x768, bf16: the head 3.25 -> 2.68 s, outputs identical). Weights are converted in
-    place; the module still takes and returns ordinary tensors."""
+    reordering every activation to its blocked layout and back, faster and with identical
+    outputs (docs/design/cpu-inference.md). Weights are converted in place; the module still
+    takes and returns ordinary tensors."""
     head = getattr(model, "head_module", None)
     if head is not None:
         head.to(memory_format=torch.channels_last)

@@ -3,10 +3,9 @@
 Why not `safetensors.safe_open(...).get_tensor`: it hands out views of one memory map of the
 whole file. A tensor kept as it is (fp32 loaded as fp32, or the bf16 RoPE periods of any load)
 then keeps the whole map alive, and every page of it that was read counts in the worker's
-resident size, beside the cast copies: measured with `python -m bench.memory`, a Sapiens2 0.4b
-fp32 file loaded in bf16 held its 1.7 GB of file pages plus 1.1 GB of bf16 weights (3.2x the
-weights), and the fp32 loads held the map as the weights themselves (pages Dask counts as
-unmanaged memory, and a file rewritten under a running worker would crash it with SIGBUS).
+resident size beside the cast copies (docs/design/cpu-inference.md); an fp32 load holds the
+map as the weights themselves (pages Dask counts as unmanaged memory, and a file rewritten
+under a running worker would crash it with SIGBUS).
 
 Here each tensor is read with plain reads (`readinto`) straight into its own memory, or, when
 it is cast, into one scratch buffer it is cast from: memory ends at the weights' bytes in the

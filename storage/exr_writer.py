@@ -35,19 +35,13 @@ Cryptomatte layers missing from the metadata of multi-part files whose Cryptomat
 later part (Psyop/Cryptomatte#145; Fusion: #137), while per-part readers look in the part that
 holds the channels. The manifest is ~1 KB. Not yet checked in Nuke itself.
 
-Cost (every part of a 4096x2160 frame, OpenEXR 3.5.3, 2-core VM; `python -m bench.io
---sizes 4096x2160 --frames 3 --codecs`). The writer only checks and encodes: every plane
-arrives in its final type from the model's device (`tasks.frame_passes`). ZIP at OpenEXR's
-default deflate level takes 2.3-2.5 core-s for passes that look like real ones (92-94 MB: P
-0.8, CryptoBodyPart 0.7, albedo 0.24, N 0.17, matte 0.1, seg 0.05) and 6.7 for independent
-random values (573 MB), the worst case. ZIP stays, for every part, as decided: every EXR reader has
-it. Deflate levels 1, 6 and 9 (set through OpenEXRCore's `exr_set_default_zip_compression_
-level`; the binding ignores a `zipCompressionLevel` header entry) were no faster than the
-default 4 and 9 three times slower; ZIPS and PIZ are no faster; RLE (1.1, 3x larger) and no
-compression (0.3, 8x larger) are; ZSTD (1.5, 45% smaller) is both, but too new for the
-OpenEXR inside most DCCs. The encoder runs in OpenEXR's global thread pool, which the chunk
-worker sizes to its cores (it is 0, the calling thread only, by default), writing straight
-into the atomic temporary file rather than through an in-memory copy of the encoded frame.
+Compression: ZIP at OpenEXR's default deflate level, for every part: every EXR reader has it,
+and no other level or codec that most DCCs read is both faster and smaller
+(docs/design/exr-compression.md). The writer only checks and encodes: every plane arrives in
+its final type from the model's device (`tasks.frame_passes`). The encoder runs in OpenEXR's
+global thread pool, which the chunk worker sizes to its cores (it is 0, the calling thread
+only, by default), writing straight into the atomic temporary file rather than through an
+in-memory copy of the encoded frame.
 Channel planes must be C-contiguous: the binding ignores numpy strides for planes (a strided
 view is written wrong); an (H, W, 3) R/G/B layer is read through its strides.
 """

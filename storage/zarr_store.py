@@ -33,12 +33,10 @@ Empty chunks are written too (a frame with no people has an all-NaN pose block, 
 would otherwise leave unwritten), so every committed frame's shards exist.
 
 Chunks hold one frame; shards hold `frames_per_shard` frames (Blosc lz4 + byte shuffle,
-`ZARR_COMPRESSOR`). Why lz4 rather than zstd: on a 4096x2160 frame of every pass, Blosc zstd
-clevel 5 took 2.2 core-s to encode against 0.21 for lz4 (zstd clevel 1: 0.51), for a store
-about 15% larger (noisy stand-in data; stack-notes §4.2 measured 1.44 against 1.63 ratio on
-render-like data). The store is written once per frame at farm rates and read by ML tools,
-so CPU per frame wins; any Blosc build decodes either. Stores created before keep their
-codec (it is in each array's metadata).
+`ZARR_COMPRESSOR`). Why lz4 rather than zstd: it encodes several times faster for a somewhat
+larger store (docs/design/zarr-chunking.md). The store is written once per frame at farm rates
+and read by ML tools, so CPU per frame wins; any Blosc build decodes either. Stores created
+before keep their codec (it is in each array's metadata).
 Zarr rewrites a whole shard for any write into it, without locking, so two writers touching
 one shard lose data silently (stack-notes §4.3): give each shard to exactly one writer
 (`frames_by_shard`), and create the store once, before fan-out (`create_shot_store`).
@@ -77,9 +75,9 @@ ZARR_COMPRESSOR = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle
 
 
 # Zarr re-encodes a whole shard for every region written into it, so writing frame k of a
-# shard costs k frames' worth of encoding: measured at 4096x2160 with 8-frame shards, frames 0
-# to 7 cost 0.62 to 2.74 core-s. Shards are capped so a shard of the largest array stays near
-# this many raw bytes (at 4K: one frame; 1080p: five; small plates: as asked).
+# shard costs k frames' worth of encoding (docs/design/zarr-chunking.md). Shards are capped so
+# a shard of the largest array stays near this many raw bytes (at 4K: one frame; 1080p: five;
+# small plates: as asked).
 SHARD_BYTES = 128 * 2**20
 
 

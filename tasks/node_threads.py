@@ -16,21 +16,15 @@ CPUs (two per core with SMT).
 **The rule** (`plan_threads`), for ``C`` cores:
 
 - *workers*: ``ceil(C / 16)``, so each gets 8 to 16 cores (the whole node up to 16). Every
-  worker process holds its own copy of the models (Sapiens2 1b: 7.4 GB per pass in fp32, 3.9 in
-  bf16, README), so small workers multiply memory; torch's matrix products on a 1024x768
-  tile (3,072 tokens) keep 16 threads busy. Beyond 16 a second process overlaps one worker's
-  serial stretches (tiling, Python between batches) with the other's model.
+  worker process holds its own copy of the models, so small workers multiply memory, and
+  torch's matrix products on a 1024x768 tile keep 16 threads busy. Beyond 16 a second process
+  overlaps one worker's serial stretches (tiling, Python between batches) with the other's
+  model.
 - *reading and encoding*: a worker with 12 cores or more keeps one for them, torch gets the
-  rest; below 12 they share the torch threads' cores. The host's part of a 4K frame is small
-  (read, colour, EXR ZIP, Zarr: 3.3 core-s, 7.4 on noise; README, ``bench.io``) beside the
-  model's, M core-s (estimated from ``bench.model``'s per-image figures at ~20 tiles a
-  frame and four dense passes: about 190 at 0.1b in bf16, 700 at 0.1b fp32 or 0.4b bf16,
-  2,000 or more at 1b). A kept core mostly waits: it costs 1/share of the worker. Sharing
-  costs stalls: torch's threads meet at a barrier after every operation, so while a writer
-  holds one of their cores all T wait, at worst T x 3.3 core-s a frame. Keeping a core pays
-  once T x (T + 1) > M / 3.3: from T = 7 at 0.1b bf16, 14-15 at 0.1b fp32 or 0.4b bf16, 24+
-  at 1b; 12 is the middle, and either way the difference is under a tenth of the worker's
-  speed in the farm's range (8-16 cores a worker, 0.4b and up).
+  rest; below 12 they share the torch threads' cores. The host's part of a frame is small
+  beside the model's: a kept core mostly waits, while sharing one stalls every torch thread
+  at the barrier after each operation whenever a writer holds a core. 12 is where keeping
+  one starts to pay for the models the farm runs (docs/design/host-threads.md).
 - *OpenEXR's pool* (``SVFX_EXR_THREADS``): the kept core (1), else 0: each EXR is encoded on
   its own writer thread, beside the model.
 

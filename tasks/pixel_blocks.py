@@ -8,11 +8,9 @@ differs is how much of a frame one operation should cover:
   into bands would only add launches;
 - on the CPU, a few rows: the same operations over a whole 4K frame stream each intermediate
   (a 29-channel frame is 1 GB) through main memory and page-fault every fresh allocation,
-  while a band of rows keeps the work arrays in the core's cache. Measured on the project's
-  2-core VM (torch 2.13, 4096x2160, 29 classes): ranking Cryptomatte ranks over the whole
-  frame at once took 5.6 core-s for the key packing alone; in 16 MB bands, the whole ranking
-  takes 1.0. Bands too small cost torch's per-operation overhead instead (some 5-20 us each):
-  blending 29 channels took 0.38 core-s in 1 MB bands and 0.23 in 4 MB ones.
+  while a band of rows keeps the work arrays in the core's cache. Bands too small cost
+  torch's per-operation overhead instead; `CPU_BLOCK_BYTES` is the size between the two
+  (docs/design/pixel-blocks.md).
 """
 
 from __future__ import annotations

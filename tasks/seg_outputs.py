@@ -18,10 +18,10 @@ classes) before renormalising. The sign bit is cleared too, so -0.0 ranks as 0. 
 largest key; rank r is the largest key below rank r - 1's, found without a sort as the
 largest of ``key & ((key - previous) >> 31)`` (the arithmetic shift gives all ones where the
 key is smaller, zero elsewhere): four passes over the key planes per rank, each of which stays
-vectorised, where ``torch.topk`` over 29 classes runs a per-pixel loop (3 core-s for a 4K
-frame on the CPU). Once no pixel of a band of rows has a rank left above ``min_coverage``, the
-lower ranks of the band are all "no object" and are not searched (on the CPU, where asking
-costs nothing; a GPU searches every rank rather than wait for the answer).
+vectorised, where ``torch.topk`` over 29 classes runs a per-pixel loop on the CPU
+(docs/design/pixel-blocks.md). Once no pixel of a band of rows has a rank left above
+``min_coverage``, the lower ranks of the band are all "no object" and are not searched (on the
+CPU, where asking costs nothing; a GPU searches every rank rather than wait for the answer).
 
 Labels. The argmax over classes, ties to the lowest class index (numpy's and torch's rule).
 Where the two best keys differ in their value bits, the best key's class is the argmax
@@ -44,7 +44,7 @@ from storage.cryptomatte import DEFAULT_MIN_COVERAGE, DEFAULT_RANKS, class_ids
 from tasks.pixel_blocks import row_blocks
 
 # Bands for the rank search: larger than other per-pixel work's, since each band costs some
-# sixty small operations (measured on 4K: 16 MB bands 1.0 core-s, 4 MB 2.6, 1 MB 2.4).
+# sixty small operations (docs/design/pixel-blocks.md).
 _SELECT_BLOCK_BYTES = 16 << 20
 
 
