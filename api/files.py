@@ -28,6 +28,7 @@ from schemas.catalog import queries
 from schemas.passes import DEFAULT_FAMILY, DEFAULT_PASSES, job_family
 from schemas.settings import Settings
 from schemas.spec import NAME, is_under
+from storage.uri import split_scheme
 from tasks.output_paths import ShotOutputPaths
 
 router = APIRouter(prefix="/files", tags=["files"], responses=INVALID)
@@ -61,9 +62,9 @@ def media_type(uri: str) -> str | None:
 
 def local_path(uri: str) -> str | None:
     """The local path of ``uri`` (a path or file://), or None for a remote URI (s3://)."""
-    if "://" not in uri:
+    scheme, rest = split_scheme(uri)
+    if scheme is None:
         return os.path.expanduser(uri)
-    scheme, rest = uri.split("://", 1)
     return rest if scheme.lower() == "file" else None
 
 

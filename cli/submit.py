@@ -30,6 +30,7 @@ from schemas.catalog import Catalog, open_catalog
 from schemas.catalog.errors import JobConflict
 from schemas.settings import Settings
 from schemas.spec import ShotSpec, SpecError, parse_spec
+from storage.uri import split_scheme
 
 from .catalog import read_jobs, show_jobs
 from .console import (
@@ -242,7 +243,7 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data)
     for key in ("plate", "output_root", "checkpoint_root"):
         value = out.get(key)
-        if isinstance(value, str) and value and "://" not in value:
+        if isinstance(value, str) and value and split_scheme(value)[0] is None:
             out[key] = os.path.abspath(os.path.expanduser(value))
     if isinstance(out.get("checkpoints"), dict):
         out["checkpoints"] = {

@@ -19,6 +19,7 @@ import socket
 from typing import Any
 
 from schemas.settings import Settings, secret
+from storage.uri import is_remote
 
 from .errors import PublishRefused
 from .item import PublishedFile, PublishItem
@@ -136,7 +137,7 @@ class ShotGridTracker(TrackerAdapter):
         LocalStorage of the site holds it, else a ``file://`` link (an ``s3://`` link as
         is)."""
         path = _local(uri) or uri
-        if "://" in path:
+        if is_remote(path):
             return {"url": path, "name": path.rsplit("/", 1)[-1]}
         if self._storages is None:
             fields = ["code", "linux_path", "mac_path", "windows_path"]

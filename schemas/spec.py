@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from core.errors import SvfxError
 from schemas import passes as pass_table
 from storage.layers import ExrLayout
+from storage.uri import split_scheme
 
 PassName = Literal[pass_table.PASS_NAMES]  # type: ignore[valid-type]
 # The passes with a checkpoint of their own (not those made from another pass's output).
@@ -347,10 +348,10 @@ def is_under(path: str, root: str) -> bool:
 
 
 def _split_scheme(uri: str) -> tuple[str, str]:
-    if "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return (scheme.lower() if scheme.lower() != "file" else ""), rest
-    return "", uri
+    scheme, rest = split_scheme(uri)
+    if scheme is None:
+        return "", uri
+    return (scheme.lower() if scheme.lower() != "file" else ""), rest
 
 
 def _normalise(path: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from .fingerprint import fingerprint_of
 from .location import Where, as_location
 from .retry import RetriesExhausted, RetryPolicy, with_retries
+from .uri import split_scheme
 
 
 class ListingError(RetriesExhausted):
@@ -39,7 +40,8 @@ def list_objects(where: Where, policy: RetryPolicy | None = None) -> list[Object
     prefix = where.uri
     fs, root = where.fs_and_path()
     root = root.rstrip("/")
-    scheme = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
+    protocol, _ = split_scheme(prefix)
+    scheme = f"{protocol}://" if protocol is not None else ""
 
     def listing() -> dict[str, dict[str, Any]]:
         fs.invalidate_cache(root)  # another process may have written since the last scan

@@ -14,8 +14,21 @@ from core.errors import missing_extra
 from storage.errors import StorageError
 
 
+def split_scheme(uri: str) -> tuple[str | None, str]:
+    """A URI's scheme as written (None for a plain path) and the rest after ``://``:
+    ``s3://b/k`` -> ``("s3", "b/k")``, ``file:///x`` -> ``("file", "/x")``."""
+    # not fsspec.core.split_protocol: it also splits "data:" paths and takes "c://" for no scheme
+    if "://" not in uri:
+        return None, uri
+    scheme, rest = uri.split("://", 1)
+    return scheme, rest
+
+
 def is_remote(uri: str) -> bool:
-    return "://" in uri and not uri.startswith("file://")
+    """Whether ``uri`` names object storage (``s3://``...): the one test of the product; a
+    plain path or a ``file://`` URL is local."""
+    scheme, _ = split_scheme(uri)
+    return scheme is not None and scheme != "file"
 
 
 def check_driver(uri: str) -> None:

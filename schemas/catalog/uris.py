@@ -5,6 +5,8 @@ from __future__ import annotations
 import os.path
 from urllib.parse import unquote
 
+from storage.uri import is_remote
+
 
 def normalise_uri(uri: str) -> str:
     """Local paths (plain, relative, ``~`` or ``file://``) become absolute POSIX paths without
@@ -17,6 +19,6 @@ def normalise_uri(uri: str) -> str:
         if rest.startswith("localhost/"):
             rest = rest[len("localhost") :]
         uri = rest
-    elif "://" in uri:
+    elif is_remote(uri):
         return uri
     return os.path.normpath(os.path.abspath(os.path.expanduser(uri)))
