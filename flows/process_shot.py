@@ -5,9 +5,9 @@ the flow plans in its own process, then submits one raw Dask task per chunk of f
 (aligned with the Zarr shards) with a share of the ``GPU`` resource where GPU workers exist
 (`flows.cluster.chunk_dispatch_shape`), in a bounded window, and records each chunk's summary
 in the catalog as it lands. There is no Prefect task per chunk: through DaskTaskRunner each
-costs 85-170 ms and turns a killed worker into a failed flow (prefect#12968, #15442); raw Dask
-futures are rescheduled by Dask and released once recorded, so finished chunks are never
-recomputed.
+costs far more than a Dask future and turns a killed worker into a failed flow
+(prefect#12968, #15442; docs/design/orchestration.md); raw Dask futures are rescheduled by
+Dask and released once recorded, so finished chunks are never recomputed.
 """
 
 from __future__ import annotations

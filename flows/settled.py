@@ -3,7 +3,7 @@ together (`flows.resume.decide_work`) say every present frame of a plan is done,
 registered, its frames recorded as skipped, the shot-level files checked and the job closed
 here, in the submitting process, without starting Dask or the Prefect flow. A resubmit that
 has nothing to do then answers in a second or two instead of the time a cluster and an
-orchestrator take to start (13 s on the demo)."""
+orchestrator take to start (docs/design/orchestration.md)."""
 
 from __future__ import annotations
 

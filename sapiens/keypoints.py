@@ -1,10 +1,11 @@
 """The 308-keypoint set of the Sapiens2 pose model, in the order of its output channels.
 
-Facts learned from upstream `facebookresearch/sapiens2` (commit 3098c14), file
-`sapiens/pose/configs/_base_/keypoints308.py`: the 344-point "goliath" set with its 36
-`teeth_*` points removed and the rest renumbered. The left/right mirror relation is derived
-here from the names by rule (`mirror_name`) and checked in tests against the upstream `swap`
-relation; the skeleton is written by name and resolved to indices.
+Facts learned from upstream `facebookresearch/sapiens2` (the revision
+docs/design/upstream-sources.md names), file `sapiens/pose/configs/_base_/keypoints308.py`:
+the 344-point "goliath" set with its 36 `teeth_*` points removed and the rest renumbered.
+The left/right mirror relation is derived here from the names by rule (`mirror_name`) and
+checked in tests against the upstream `swap` relation; the skeleton is written by name and
+resolved to indices.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ KEYPOINT_COLORS: tuple[RGB, ...] = _keypoint_colors()
 
 # ----------------------------------------------------------------------------- v1 sets
 # Sapiens v1 pose models predict one of three sets, told apart by their heatmap count
-# (upstream `facebookresearch/sapiens` 3e829ac, `pose/configs/_base_/datasets/`): COCO 17,
+# (upstream `facebookresearch/sapiens`, `pose/configs/_base_/datasets/`): COCO 17,
 # COCO-WholeBody 133 and Goliath 308 (the same 308 names and order as above).
 
 COCO_KEYPOINT_NAMES: tuple[str, ...] = tuple(

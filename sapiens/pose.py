@@ -3,9 +3,10 @@
 
 Crops people out of a plate with the UDP affine warp, decodes heatmaps with UDP + DARK
 refinement (vectorised over people and keypoints), applies the flip test and maps keypoints
-back to plate pixels. Follows upstream `facebookresearch/sapiens2` (commit 3098c14):
-`PoseGetBBoxCenterScale` / `PoseTopdownAffine` for the crop, `UDPHeatmap.decode` with
-`refine_keypoints_dark_udp` for decoding, and `vis_pose.py` for flip test and mapping back.
+back to plate pixels. Follows upstream `facebookresearch/sapiens2` (the revision
+docs/design/upstream-sources.md names): `PoseGetBBoxCenterScale` / `PoseTopdownAffine` for
+the crop, `UDPHeatmap.decode` with `refine_keypoints_dark_udp` for decoding, and
+`vis_pose.py` for flip test and mapping back.
 
 Coordinates: pixel (row i, column j) has its centre at (x=j, y=i), as in OpenCV.
 """

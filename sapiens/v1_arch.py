@@ -1,8 +1,9 @@
 """The Sapiens v1 family (ECCV 2024): size table, heads per task, the patch-padding rule, and
 `identify_v1`, which tells a v1 model from its tensor names and shapes alone.
 
-Facts from `docs/sapiens1-reference.md` (upstream `facebookresearch/sapiens` 3e829ac). No torch
-here: a checkpoint converter imports this module to label the files it writes.
+Facts from `docs/sapiens1-reference.md` (upstream `facebookresearch/sapiens`, the revision
+docs/design/upstream-sources.md names). No torch here: a checkpoint converter imports this
+module to label the files it writes.
 
 v1 is a vanilla ViT (absolute position embedding, fused-qkv MHA, GELU MLP, LayerNorm) with
 deconv heads. Heads cannot be counted from tensor shapes (the qkv projection is fused), so

@@ -14,7 +14,7 @@ of 255) and keeps hue and saturation, which is what the network saw in training;
 SDR view tone-maps (0.18 -> 0.349) and desaturates. Its cost: highlights above display white
 clip. Shows with hot plates can pick `mode="view"`: display "sRGB - Display", view
 "ACES 2.0 - SDR 100 nits (Rec.709)", which compresses highlights into [0, 1], but costs far
-more on the CPU (about 1.7 s per 1080p frame against 70 ms, OCIO 2.6 on 2 cores). Either way
+more on the CPU (docs/design/colour.md). Either way
 the transform used is returned for the provenance record.
 
 Albedo out: albedo is a reflectance, not an exposure, so the model's output is treated as an
@@ -415,8 +415,8 @@ def _writable_float32(pixels: np.ndarray, inplace: bool) -> np.ndarray:
 def _apply(processor: Any, pixels: np.ndarray, inplace: bool) -> np.ndarray:
     """Run the processor in place over runs of `CHUNK_PIXELS` pixels.
 
-    Chunks, not the whole frame in one call: OCIO's packed-RGB path was about twice as fast
-    on 64k-pixel runs as on a whole 1080p frame (measured with OCIO 2.6 on 2 CPU cores).
+    Chunks, not the whole frame in one call: OCIO's packed-RGB path is faster on runs of
+    this size than on a whole frame (docs/design/colour.md).
     """
     out = _writable_float32(pixels, inplace)
     flat = out.reshape(-1, out.shape[-1])  # a view: the array is C-contiguous

@@ -2,7 +2,7 @@
 whether the two frames belong to the same shot at all.
 
 Flow is OpenCV's DIS (Dense Inverse Search): classical, no weights, and fast enough to run on
-the host beside the model (stack-notes: 0.21 core-s per 4096x2160 pair at the FAST preset).
+the host beside the model (docs/design/optical-flow.md).
 It runs on the luma of the plate as the model saw it (its 8-bit encoding), at a reduced
 resolution: the flow is smooth where it matters for fusing passes, DIS's own pyramid starts
 coarse anyway, and a frame at most ``FlowSettings.max_side`` on its long side keeps the cost
@@ -58,12 +58,8 @@ class FlowSettings:
     cut_consistent: float = 0.2
     # A plate under 1024 pixels on its long side makes a flow image under 1024, which DIS at
     # level 1 estimates at under 512: the figure is then coarser in the flow than in the passes
-    # it warps. At level 0 such an image costs less than a 1024 one at level 1 (0.27 against
-    # 0.06 core-s a call at 1024x540, scaling with the pixels), and bench.temporal's 384x216
-    # shot gained in every pass: person ratios normal 0.61 -> 0.57, pointmap 0.54 -> 0.51, depth
-    # 0.76 -> 0.70, albedo 0.51 -> 0.47, matte 0.63 -> 0.60, seg 0.39 -> 0.29; pointmap's
-    # worst-frame fall 2.8 -> 4.3. At 1536x864 (a 1024 flow image, so level 1 as before) level 0
-    # would gain less (depth 0.59 -> 0.57) at 0.41 core-s more per 4K frame.
+    # it warps. Such an image is estimated at level 0, cheaply, and every pass gains; larger
+    # plates gain little from it (docs/design/optical-flow.md).
     finest_side: int | None = 512
 
 

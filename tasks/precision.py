@@ -1,9 +1,10 @@
 """Which precision a worker's models run in, and why (``--precision``).
 
 ``auto``: bf16 on CUDA (tensor cores). On a CPU, bf16 where the CPU does bf16 in hardware
-(AMX-BF16: Intel Xeon since Sapphire Rapids; AVX512-BF16: Intel since Cooper Lake, AMD since
-Zen 4; BF16 on Arm since v8.6) and the bf16 accuracy gate (``tasks.precision_gate``: bf16
-against fp32 on the same weights and plates, every pass) holds on this CPU; fp32 elsewhere.
+(AMX-BF16: Intel's server CPUs since Sapphire Rapids; AVX512-BF16: Intel since Cooper Lake,
+AMD since Zen 4; BF16 on Arm since v8.6) and the bf16 accuracy gate (``tasks.precision_gate``:
+bf16 against fp32 on the same weights and plates, every pass) holds on this CPU; fp32
+elsewhere.
 Without those instructions bf16 is emulated and slower than fp32, so it is never chosen.
 
 Asked for by name on a CPU, a precision the CPU cannot do well is not run as asked; the

@@ -14,7 +14,7 @@ test may be from fp32 (each bound with the reason for its value).
 are measured once per machine kind (CPU model, its bf16 instructions, torch version, the
 gate's weights) and kept in a ``JsonFileCache`` under ``$SVFX_HOME``; the verdict is made from
 them against the limits given each time, so new limits need no new measurement. An entry that
-is unreadable or malformed is measured again. The gate takes about a second on one core.
+is unreadable or malformed is measured again. What the gate costs: docs/performance/cpu-bf16.md.
 """
 
 from __future__ import annotations

@@ -76,8 +76,9 @@ LABEL_PASSES = frozenset(p.name for p in PASSES if p.qc == "labels")  # held as 
 # How the scores are made, recorded beside each one (``outputs.flicker_method``): scores of two
 # methods are not on one scale, so the shot page says when the versions it draws differ. A new
 # name whenever the scoring changes. Scores recorded before methods were (NULL) compared each
-# pass where the pixels are, not along the motion; "follows-motion" (2026-11-27) followed a
-# flow estimated at half the proxies' size, "follows-motion-256" at their own 256 pixels.
+# pass where the pixels are, not along the motion; "follows-motion" followed a flow estimated
+# at half the proxies' size, "follows-motion-256" at their own 256 pixels
+# (docs/design/optical-flow.md).
 METHOD = "follows-motion-256"
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
 
