@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from schemas.spec import parse_spec
+from schemas.spec import ShotSpec, parse_spec
 
 from .console import console, fail, get_settings, refusing
-from .openjd_template import job_template, template_yaml
+from .openjd_template import GPUS_PER_WORKER, job_template, template_yaml
 from .spec_options import (
     DEFAULT_PASSES,
     SPEC_DEFAULTS,
@@ -37,13 +37,28 @@ farm_app = typer.Typer(
 )
 
 
+TemplateOpt = Annotated[
+    Path, typer.Option("--template", "-o", help="where to write the template (YAML)")
+]
+WorkersOpt = Annotated[int, typer.Option(min=1, max=256, help="worker tasks")]
+GpusPerWorkerOpt = Annotated[
+    str, typer.Option(help="GPU processes per worker task: auto, 1, 2, 4, 8; 0 = CPU")
+]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option(help="a shared venv's Python, same path on every node (default: this one)"),
+]
+SchedulerFileOpt = Annotated[
+    str | None,
+    typer.Option(help="where the shot's scheduler writes its address, on shared storage"),
+]
+
+
 @farm_app.command("openjd")
 def openjd(
     pattern: Annotated[str, typer.Argument(help="plate.####.exr (as the farm nodes see it)")],
     shot: Annotated[str, typer.Option(help="SHOW/SEQ/SHOT")],
-    template: Annotated[
-        Path, typer.Option("--template", "-o", help="where to write the template (YAML)")
-    ],
+    template: TemplateOpt,
     frames: FramesOpt = None,
     colorspace: ColourOpt = None,
     passes: PassesOpt = DEFAULT_PASSES,
@@ -52,25 +67,17 @@ def openjd(
     checkpoint_root: CheckpointRootOpt = None,
     output: OutputOpt = None,
     version: VersionOpt = SPEC_DEFAULTS["version"],
-    workers: Annotated[int, typer.Option(min=1, max=256, help="worker tasks")] = 2,
-    gpus_per_worker: Annotated[
-        str, typer.Option(help="GPU processes per worker task: auto, 1, 2, 4, 8; 0 = CPU")
-    ] = "1",
-    python: Annotated[
-        str | None,
-        typer.Option(help="a shared venv's Python, same path on every node (default: this one)"),
-    ] = None,
-    scheduler_file: Annotated[
-        str | None,
-        typer.Option(help="where the shot's scheduler writes its address, on shared storage"),
-    ] = None,
+    workers: WorkersOpt = 2,
+    gpus_per_worker: GpusPerWorkerOpt = "1",
+    python: PythonOpt = None,
+    scheduler_file: SchedulerFileOpt = None,
 ) -> None:
     """Write an Open Job Description template that runs the shot on Dask workers across farm
     nodes: a Shot step (the scheduler and the run) and a Workers step (svfx worker tasks).
     Check it with `openjd check`, run it with `openjd run` or submit it to Deadline Cloud."""
     settings = get_settings()
     parts = shot_names(shot)
-    if gpus_per_worker not in ("auto", "0", "1", "2", "4", "8"):
+    if gpus_per_worker not in GPUS_PER_WORKER:
         raise fail(f"--gpus-per-worker takes auto, 0, 1, 2, 4 or 8, not {gpus_per_worker!r}")
     data: dict[str, Any] = {
         "plate": pattern,
@@ -87,9 +94,7 @@ def openjd(
         "version": version,
     }
     spec = refusing(lambda: parse_spec(data))
-    where = scheduler_file or str(
-        settings.home / "farm" / f"{spec.show}_{spec.sequence}_{spec.shot}_{spec.version}.json"
-    )
+    where = scheduler_file or _scheduler_file(settings.home, spec)
     document = job_template(
         spec.model_dump(mode="json"),
         python=python or sys.executable,
@@ -97,6 +102,16 @@ def openjd(
         workers=workers,
         gpus_per_worker=gpus_per_worker,
     )
+    _write_template(template, document, workers)
+
+
+def _scheduler_file(home: Path, spec: ShotSpec) -> str:
+    """Where the shot's scheduler writes its address when --scheduler-file is not given."""
+    return str(home / "farm" / f"{spec.show}_{spec.sequence}_{spec.shot}_{spec.version}.json")
+
+
+def _write_template(template: Path, document: dict[str, Any], workers: int) -> None:
+    """Write the template as YAML and say how to check it."""
     template.parent.mkdir(parents=True, exist_ok=True)
     template.write_text(template_yaml(document))
     plain: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}

@@ -78,6 +78,10 @@ exit 0
 )
 
 
+# what --gpus-per-worker and the template's GpusPerWorker take
+GPUS_PER_WORKER = ("auto", "0", "1", "2", "4", "8")
+
+
 def job_template(
     spec: dict[str, Any],
     *,
@@ -89,71 +93,84 @@ def job_template(
 ) -> dict[str, Any]:
     """The template of one shot (``spec``: a ShotSpec as JSON data)."""
     shot = f"{spec['show']}/{spec['sequence']}/{spec['shot']}"
+    parameters = _parameters(python, scheduler_file, workers, gpus_per_worker, wait_s)
     return {
         "specificationVersion": SPEC_VERSION,
         "name": f"svfx {shot} {spec.get('version', 'v001')}",
         "description": f"sapiens-vfx passes of {shot} on Dask workers across farm nodes",
-        "parameterDefinitions": [
-            {
-                "name": "Python",
-                "type": "STRING",
-                "default": python,
-                "description": "a shared venv's Python with sapiens-vfx, same path on every host",
-            },
-            {
-                "name": "SchedulerFile",
-                "type": "STRING",
-                "default": scheduler_file,
-                "description": "where the shot's scheduler writes its address (shared storage)",
-            },
-            {"name": "Workers", "type": "INT", "default": workers, "minValue": 1, "maxValue": 256},
-            {
-                "name": "GpusPerWorker",
-                "type": "STRING",
-                "default": gpus_per_worker,
-                "allowedValues": ["auto", "0", "1", "2", "4", "8"],
-                "description": "GPU processes per worker task (0: one CPU worker)",
-            },
-            {
-                "name": "WaitSeconds",
-                "type": "INT",
-                "default": wait_s,
-                "minValue": 1,
-                "description": "how long a worker waits for the shot's scheduler",
-            },
-        ],
-        "steps": [
-            {
-                "name": "Shot",
-                "script": {
-                    "embeddedFiles": [
-                        {
-                            "name": "Spec",
-                            "type": "TEXT",
-                            "filename": "spec.json",
-                            "data": json.dumps(spec, indent=1, sort_keys=True),
-                        },
-                        {"name": "Run", "type": "TEXT", "runnable": True, "data": _SHOT},
-                    ],
-                    "actions": {"onRun": {"command": "{{Task.File.Run}}"}},
+        "parameterDefinitions": parameters,
+        "steps": [_shot_step(spec), _workers_step(gpus_per_worker)],
+    }
+
+
+def _parameters(
+    python: str, scheduler_file: str, workers: int, gpus_per_worker: str, wait_s: int
+) -> list[dict[str, Any]]:
+    """The template's parameters, their defaults the values given."""
+    return [
+        {
+            "name": "Python",
+            "type": "STRING",
+            "default": python,
+            "description": "a shared venv's Python with sapiens-vfx, same path on every host",
+        },
+        {
+            "name": "SchedulerFile",
+            "type": "STRING",
+            "default": scheduler_file,
+            "description": "where the shot's scheduler writes its address (shared storage)",
+        },
+        {"name": "Workers", "type": "INT", "default": workers, "minValue": 1, "maxValue": 256},
+        {
+            "name": "GpusPerWorker",
+            "type": "STRING",
+            "default": gpus_per_worker,
+            "allowedValues": list(GPUS_PER_WORKER),
+            "description": "GPU processes per worker task (0: one CPU worker)",
+        },
+        {
+            "name": "WaitSeconds",
+            "type": "INT",
+            "default": wait_s,
+            "minValue": 1,
+            "description": "how long a worker waits for the shot's scheduler",
+        },
+    ]
+
+
+def _shot_step(spec: dict[str, Any]) -> dict[str, Any]:
+    """The Shot step: one task running the scheduler and the shot, the spec embedded."""
+    return {
+        "name": "Shot",
+        "script": {
+            "embeddedFiles": [
+                {
+                    "name": "Spec",
+                    "type": "TEXT",
+                    "filename": "spec.json",
+                    "data": json.dumps(spec, indent=1, sort_keys=True),
                 },
-            },
-            {
-                "name": "Workers",
-                **_gpu_hosts(gpus_per_worker),
-                "parameterSpace": {
-                    "taskParameterDefinitions": [
-                        {"name": "Worker", "type": "INT", "range": "1-{{Param.Workers}}"}
-                    ]
-                },
-                "script": {
-                    "embeddedFiles": [
-                        {"name": "Run", "type": "TEXT", "runnable": True, "data": _WORKERS}
-                    ],
-                    "actions": {"onRun": {"command": "{{Task.File.Run}}"}},
-                },
-            },
-        ],
+                {"name": "Run", "type": "TEXT", "runnable": True, "data": _SHOT},
+            ],
+            "actions": {"onRun": {"command": "{{Task.File.Run}}"}},
+        },
+    }
+
+
+def _workers_step(gpus_per_worker: str) -> dict[str, Any]:
+    """The Workers step: one task per worker, each on a host with the GPUs it starts."""
+    return {
+        "name": "Workers",
+        **_gpu_hosts(gpus_per_worker),
+        "parameterSpace": {
+            "taskParameterDefinitions": [
+                {"name": "Worker", "type": "INT", "range": "1-{{Param.Workers}}"}
+            ]
+        },
+        "script": {
+            "embeddedFiles": [{"name": "Run", "type": "TEXT", "runnable": True, "data": _WORKERS}],
+            "actions": {"onRun": {"command": "{{Task.File.Run}}"}},
+        },
     }
 
 
