@@ -23,7 +23,7 @@ from schemas.settings import Settings, load_settings
 console = Console()
 err = Console(stderr=True)
 
-# README: 0 complete / ok, 1 partial, 2 failed or invalid input
+# docs/reference/exit-codes.md: 0 complete / ok, 1 partial, 2 failed or invalid input
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 EXIT_CODES = {"complete": EXIT_OK, "partial": EXIT_PARTIAL}
 T = TypeVar("T")
@@ -81,7 +81,7 @@ def refusing(step: Callable[[], T]) -> T:
 
 def exit_code(refused: bool, results: list[dict[str, Any]]) -> int:
     """2 when anything was refused or a shot did not end complete or partial, else 1 when a
-    shot is partial, else 0 (the README's codes, for commands that run several shots)."""
+    shot is partial, else 0 (docs/reference/exit-codes.md, commands that run several shots)."""
     statuses = [r.get("status") for r in results]
     if refused or any(s not in EXIT_CODES for s in statuses):
         return EXIT_FAILED

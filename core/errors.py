@@ -2,7 +2,7 @@
 template, cut or checkpoint, a catalog that is damaged or away, a scheduler or orchestrator
 that does not answer, a live job on the same outputs. Each one's message already names the
 file, frame or service and the reason, so a command prints it as is, with no traceback, and
-exits with the code it carries (the README's exit codes: 2, failed or refused).
+exits with the code it carries (docs/reference/exit-codes.md: 2, failed or refused).
 
 Programming errors (bugs) are not among them: they keep their traceback. Subclasses keep the
 builtin base their callers catch (``ValueError``, ``OSError``, ``RuntimeError``) beside this
@@ -19,7 +19,7 @@ class SvfxError(Exception):
     """An error the user can act on; ``message`` is what to print, ``exit_code`` how a
     command ends on it."""
 
-    exit_code: ClassVar[int] = 2  # README: 2, failed or the input refused
+    exit_code: ClassVar[int] = 2  # 2: failed or the input refused (docs/reference/exit-codes.md)
 
     @property
     def message(self) -> str:

@@ -8,7 +8,7 @@ turns the records into ``ShotSubmission``s. Nothing here imports
 Prefect, Dask or torch; the only I/O is reading the cut and one directory listing per plate
 (``storage.sequences``), so every rule is tested without running a shot.
 
-The rules, decided here and documented in the README:
+The rules, decided here and documented in docs/user/cuts.md:
 
 - **Shot name**: ``--shot-template`` is filled from the clip's fields (``str.format``):
   ``{clip}`` (the clip's name; the default template), ``{marker}`` (the name of the clip's

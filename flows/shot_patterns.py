@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from core.errors import SvfxError
 
-# the fields a pattern may read, and what each is in the cut (README, "Submit a cut")
+# the fields a pattern may read, and what each is in the cut (docs/user/cuts.md)
 PATTERN_FIELDS = {
     "clip": "its name",
     "source": "its source file name",

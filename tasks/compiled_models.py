@@ -8,7 +8,7 @@ Triton builds its launchers with; other devices run eagerly. ``1`` compiles ever
 ``0`` none. A compiled model sees one input shape per pass: the predictor pads every call to
 its sub-batch size, one input on a CPU (``sapiens.predictor.sub_batch``), the batch size on
 a GPU, or the halved size that fitted after an out-of-memory; so it compiles once per pass.
-What it gains, on CPUs and GPUs: the README's performance section.
+What it gains, on CPUs and GPUs: docs/performance/cpu-bf16.md and docs/performance/gpu.md.
 
 Compiled code is kept under ``$SVFX_HOME/compile-cache/torch-<version>`` (torch's default,
 a folder under /tmp, when SVFX_HOME is unset): inductor's FX graph cache, the AOT autograd
