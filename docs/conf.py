@@ -23,7 +23,6 @@ copyright = "sapiens-vfx contributors; Apache-2.0"
 
 extensions = [
     "myst_parser",
-    "sphinx_click",
     "sphinxcontrib.openapi",
     "svfx_docs",
 ]

@@ -10,8 +10,10 @@ Sphinx loads this as an extension (``docs/conf.py``). When the builder starts it
 - ``infra/<name>.md``: the deployment recipes' READMEs (``infra/*/README.md``), their links
   to each other pointed at the site's pages.
 
-``svfx`` is the Click command Typer builds from ``cli.main.app``; sphinx-click documents it
-(``{click} svfx_docs:svfx``).
+- ``cli.md``: every ``svfx`` command, its usage and options, from the command tree Typer
+  builds from ``cli.main.app`` (what ``svfx --help`` prints). Typer carries its own copy of
+  Click's classes, which sphinx-click does not accept, so the page is written here from the
+  same help records.
 """
 
 from __future__ import annotations
@@ -22,17 +24,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import typer.main
-
-from cli.main import app as _typer_app
-
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "docs" / "_generated"
 # The folders of infra/ with a README of their own, each a page of the operations guide.
 INFRA = ("local", "docker", "compose", "kubernetes", "slurm", "openjd", "prefect")
-
-svfx = typer.main.get_command(_typer_app)
-
 
 def _write(path: Path, text: str) -> None:
     """Write only when the text changed, so Sphinx does not rebuild pages needlessly."""
@@ -132,6 +127,44 @@ def passes_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _text(value: str) -> str:
+    """Help text as Markdown text: what Markdown would read as markup, escaped."""
+    return re.sub(r"([\\`*_<>|\[\]])", r"\\\1", value.replace("\b\n", "").strip())
+
+
+def _command_markdown(command: Any, path: list[str], lines: list[str]) -> None:
+    """One command's section (usage, help, options), then its subcommands'."""
+    from typer._click.core import Context
+
+    ctx = Context(command, info_name=" ".join(path))
+    lines += [f"{'#' * min(len(path), 4)} {' '.join(path)}", ""]
+    if command.help:
+        lines += [_text(command.help), ""]
+    pieces = " ".join(command.collect_usage_pieces(ctx))
+    lines += ["```text", f"{' '.join(path)} {pieces}".rstrip(), "```", ""]
+    records = [p.get_help_record(ctx) for p in command.params if not getattr(p, "hidden", False)]
+    records = [r for r in records if r]
+    if records:
+        lines += ["| option | meaning |", "|---|---|"]
+        for flags, meaning in records:
+            lines.append(f"| `{flags}` | {_text(meaning).replace(chr(10), ' ')} |")
+        lines.append("")
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        if not getattr(sub, "hidden", False):
+            _command_markdown(sub, [*path, name], lines)
+
+
+def cli_markdown() -> str:
+    """Every ``svfx`` command as Markdown: the root's help and options, then each command."""
+    import typer.main
+
+    from cli.main import app
+
+    lines: list[str] = []
+    _command_markdown(typer.main.get_command(app), ["svfx"], lines)
+    return "\n".join(lines[2:]) + "\n"  # the page has its own title
+
+
 def infra_markdown(name: str) -> str:
     """``infra/<name>/README.md`` with its links to the other recipes' READMEs pointed at
     their pages here (``slurm/README.md`` -> ``slurm.md``); the page includes it."""
@@ -144,6 +177,7 @@ def generate(_app: object = None) -> None:
     """Write every generated file (Sphinx's builder-inited event calls it)."""
     _write(GENERATED / "openapi.json", json.dumps(openapi_document(), indent=1) + "\n")
     _write(GENERATED / "passes.md", passes_markdown())
+    _write(GENERATED / "cli.md", cli_markdown())
     _write(GENERATED / "infra" / "overview.md", infra_overview())
     for name in INFRA:
         _write(GENERATED / "infra" / f"{name}.md", infra_markdown(name))
