@@ -1,4 +1,4 @@
-"""Every GPU figure the README's performance section lists, in one command, each with the name
+"""Every GPU figure docs/performance/gpu.md lists, in one command, each with the name
 of the device it was measured on (weights are random, UNTRAINED: speed does not depend on
 them). Sections, in the order they run (the most wanted first, so a run cut short still
 brings those back):

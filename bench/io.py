@@ -27,7 +27,7 @@ depth inside a person-shaped region, a few body parts with soft edges, a soft al
 ``--codecs`` adds a table of every lossless EXR codec and ZIP's deflate levels on one frame's
 parts. Weights: none (stand-ins); speed does not depend on them.
 
-    python -m bench.io --sizes 4096x2160 --frames 3               # the README's figure
+    python -m bench.io --sizes 4096x2160 --frames 3               # docs/performance/worker.md
     python -m bench.io --sizes 4096x2160 --frames 3 --content noise --codecs
 """
 

@@ -1,4 +1,4 @@
-"""Temporal QC (tasks/temporal_qc.py) on a synthetic shot, the figure the README quotes: a
+"""Temporal QC (tasks/temporal_qc.py) on a synthetic shot, the figure docs/performance quotes: a
 person-shaped region moves 1.5 px a frame over a smooth background and its passes follow it;
 one frame shakes 8 px and back (plate and passes, as a camera bump does); each dense pass is
 perturbed on one frame as a flickering network would (normals tilted 27 degrees, depth pumped

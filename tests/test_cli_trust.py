@@ -1,5 +1,6 @@
 """`svfx` under the faults and bad input an operator meets, as a user sees it: a message that
-names the file and the reason, the README's exit code, never a raw traceback.
+names the file and the reason, the documented exit code (docs/reference/exit-codes.md), never
+a raw traceback.
 
 In-process (CliRunner; the flow must never start): an output path that is a file, plate
 frames that are links out of the allowed roots, a truncated catalog, every command's --help,

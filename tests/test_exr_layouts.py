@@ -224,7 +224,8 @@ def test_cryptomatte_api_cannot_read_a_multipart_file_whose_first_part_is_anothe
     tmp_path: Path, plate: Frame, passes: dict[str, np.ndarray]
 ) -> None:
     """Why the single layout exists: cryptomatte-api 1.0.0 reads only the first part. If this
-    starts passing, the README's reader table and the default deserve another look."""
+    starts passing, the reader table of docs/user/outputs.md and the default deserve another
+    look."""
     _write(tmp_path / "f.exr", plate, passes, "multipart")
     with pytest.raises(ValueError, match="empty channel list"):
         cryptomatte_api.Cryptomatte.load(str(tmp_path / "f.exr"))

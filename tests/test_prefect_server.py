@@ -9,7 +9,7 @@ models are the tiny UNTRAINED ones, plates for the scan sit in a bucket on moto'
   studio's tools would, runs to `Completed`, its catalog job is `complete`, and the flow's
   progress, table and markdown artifacts are in the server;
 - Prefect's own client (`read_artifacts`) and CLI (`prefect artifact inspect`) read a run's
-  artifacts back, as the README tells a studio to watch a shot;
+  artifacts back, as docs/operations/prefect-server.md tells a studio to watch a shot;
 - the served `scan-plates` runs on its schedule, finds the plate in the bucket and queues a
   `process-shot` run for it, which completes;
 - a Prefect server that is down: `svfx serve` and `svfx submit` each end with one line naming
@@ -304,7 +304,7 @@ def test_a_shot_submitted_to_the_deployment_completes_with_its_artifacts(served:
 def test_prefects_client_and_cli_read_a_runs_artifacts(
     prefect_server: PrefectServer, tmp_path: Path
 ) -> None:
-    """What a studio's tools and the README's `prefect artifact inspect` do to watch a shot:
+    """What a studio's tools and the docs' `prefect artifact inspect` do to watch a shot:
     read a flow run's artifacts back from the server. (FastAPI >= 0.151 breaks this on
     Prefect 3.8.8's server: it refuses the nulls the client sends; pyproject pins <0.151.)"""
     from prefect import flow
