@@ -91,10 +91,10 @@ class SpecBody(ShotSpec):
     source_version: None = Field(  # type: ignore[assignment]
         None,
         description="null: a stabilised version is made from a finished per-frame one by "
-        "`svfx stabilize` (or asked for with temporal=stabilize)",
+        "`svfx stabilise` (or asked for with temporal=stabilize)",
     )
     fusion_method: None = Field(  # type: ignore[assignment]
-        None, description="null: set with source_version by `svfx stabilize`"
+        None, description="null: set with source_version by `svfx stabilise`"
     )
     version: Annotated[str, Field(pattern=VERSION_PATTERN)] = Field(
         SPEC["version"].default, description=_about("version")

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from core.errors import SvfxError
 
-from . import cuts, operations, publish, scan, stabilize, submit
+from . import cuts, operations, publish, scan, stabilise, submit
 from .catalog import catalog_app
 from .console import err
 from .farm import farm_app
@@ -32,7 +32,8 @@ app.command()(operations.cluster)
 app.command()(operations.worker)
 app.command()(scan.scan)
 app.command("submit-edit")(cuts.submit_edit)
-app.command()(stabilize.stabilize)
+app.command()(stabilise.stabilise)
+app.command("stabilize", hidden=True)(stabilise.stabilise)  # the spelling it had first
 app.command()(publish.publish)
 app.add_typer(farm_app, name="farm")
 app.command()(operations.serve)

@@ -60,6 +60,7 @@ from .spec_options import (
     FramesOpt,
     ModelSizeOpt,
     NonfiniteOpt,
+    NoPreviewsOpt,
     OutputOpt,
     OverlapOpt,
     PassesOpt,
@@ -89,6 +90,12 @@ ClusterOpt = Annotated[
 ]
 
 
+CheckpointOpt = Annotated[
+    list[str] | None, typer.Option(help="PASS=FILE: this checkpoint for this pass (repeatable)")
+]
+TileOpt = Annotated[str | None, typer.Option(help="tile WxH (default: model input)")]
+
+
 # -- submit ----------------------------------------------------------------------------------
 def submit(
     pattern: Annotated[str, typer.Argument(help="plate.####.exr, plate.%04d.exr or s3://...")],
@@ -99,21 +106,16 @@ def submit(
     family: FamilyOpt = SPEC_DEFAULTS["family"],
     model_size: ModelSizeOpt = SPEC_DEFAULTS["model_size"],
     checkpoint_root: CheckpointRootOpt = None,
-    checkpoint: Annotated[
-        list[str] | None,
-        typer.Option(help="PASS=FILE: this checkpoint for this pass (repeatable)"),
-    ] = None,
+    checkpoint: CheckpointOpt = None,
     output: OutputOpt = None,
     version: VersionOpt = SPEC_DEFAULTS["version"],
     chunk_frames: ChunkFramesOpt = SPEC_DEFAULTS["chunk_frames"],
     batch_size: BatchSizeOpt = SPEC_DEFAULTS["batch_size"],
-    tile: Annotated[str | None, typer.Option(help="tile WxH (default: model input)")] = None,
+    tile: TileOpt = None,
     overlap: OverlapOpt = TILING_DEFAULTS["overlap"],
     precision: PrecisionOpt = SPEC_DEFAULTS["precision"],
     dask_address: ClusterOpt = None,
-    no_previews: Annotated[
-        bool, typer.Option("--no-previews", help="no previews and no review clips")
-    ] = False,
+    no_previews: NoPreviewsOpt = False,
     nonfinite: NonfiniteOpt = SPEC_DEFAULTS["nonfinite"],
     exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
     tiles: TilesOpt = SPEC_DEFAULTS["tiles"],
@@ -147,14 +149,8 @@ def submit(
         "temporal": temporal,
         "temporal_radius": temporal_radius,
     }
-    parts = shot_names(shot)
-    data["show"], data["sequence"], data["shot"] = parts
-    if tile:
-        try:
-            w, h = (int(v) for v in tile.lower().split("x"))
-        except ValueError:
-            raise fail(f"--tile must be WxH, e.g. 768x1024, got {tile!r}") from None
-        data["tiling"].update(tile_width=w, tile_height=h)
+    data["show"], data["sequence"], data["shot"] = shot_names(shot)
+    data["tiling"].update(tile_size(tile))
     code = run_submit(data, settings, dask_address=dask_address, as_json=as_json)
     raise typer.Exit(code)
 
@@ -183,7 +179,7 @@ def run_submit(
 
     try:  # nothing to compute: answered here, without a cluster or the flow (a version
         # to stabilise after it goes to the flow, which does both)
-        settled = None if _then_stabilise(spec) else settle_without_cluster(plan, catalog)
+        settled = None if spec.stabilises_after else settle_without_cluster(plan, catalog)
     except JobConflict as exc:  # a twin submitted in the same instant registered first
         return _follow_or_refuse(exc.job, spec, catalog, as_json)
     except SvfxError as exc:
@@ -201,10 +197,6 @@ def run_submit(
     else:
         _print_result(result)
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
-
-
-def _then_stabilise(spec: ShotSpec) -> bool:
-    return spec.temporal == "stabilize" and not spec.stabilised
 
 
 def require_cluster(address: str | None, settings: Settings) -> None:
@@ -251,6 +243,18 @@ def absolute_paths(data: dict[str, Any]) -> dict[str, Any]:
             for name, path in out["checkpoints"].items()
         }
     return out
+
+
+def tile_size(tile: str | None) -> dict[str, int]:
+    """The --tile option (WxH) as the tiling's fields (none without it); one line and exit 2
+    when it is not WxH."""
+    if not tile:
+        return {}
+    try:
+        w, h = (int(v) for v in tile.lower().split("x"))
+    except ValueError:
+        raise fail(f"--tile must be WxH, e.g. 768x1024, got {tile!r}") from None
+    return {"tile_width": w, "tile_height": h}
 
 
 def pass_files(values: list[str]) -> dict[str, str]:

@@ -123,7 +123,7 @@ def _run(
     with listening(on_progress), dask_client(settings, dask_address) as client:
         result = run_planned_shot(plan, catalog, client, flow_run_id=_flow_run_id())
         _report(shot_spec, result)
-        if shot_spec.temporal == "stabilize" and not shot_spec.stabilised:
+        if shot_spec.stabilises_after:
             stable = _stabilise(shot_spec, result, catalog, settings, client)
             if stable is not None:
                 stable.extras["per_frame_job"] = str(result.job_id)

@@ -1,6 +1,6 @@
 """A stabilised version's spec, from the per-frame version it is made of.
 
-`svfx stabilize SHOT --version v001` (and `--temporal stabilize` on submit, once the
+`svfx stabilise SHOT --version v001` (and `--temporal stabilize` on submit, once the
 per-frame run is over) asks here for the spec of the new version: the source version's own
 spec (so the same plate, frames, checkpoints and layout), with ``temporal`` "stabilize",
 ``source_version``, the fusion's method (``tasks.temporal_fusion.METHOD``) and the version it
@@ -25,7 +25,7 @@ from typing import Any
 from schemas.catalog import queries
 from schemas.catalog.writer import Catalog
 from schemas.settings import Settings
-from schemas.spec import ShotSpec, SpecError, parse_spec, split_shot_path
+from schemas.spec import STABILISE, ShotSpec, SpecError, parse_spec, split_shot_path
 from storage.uri import is_remote
 from tasks.output_paths import ShotOutputPaths
 
@@ -70,7 +70,7 @@ def stabilised_spec(
     wanted = {
         **spec.model_dump(mode="json"),
         **settings_of,
-        "temporal": "stabilize",
+        "temporal": STABILISE,
         "source_version": source_version,
         "fusion_method": FUSION_METHOD,
     }

@@ -30,6 +30,8 @@ MODEL_SIZES: tuple[str, ...] = (
     "auto", "tiny", "0.1b", "0.4b", "0.8b", "1b", "1b-4k", "5b", "0.3b", "0.6b", "2b",
 )  # fmt: skip
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+# STABILISE is spelled as catalogs store it and the API answers it; "stabilise" is taken for it.
+STABILISE = "stabilize"
 Temporal = Literal["per_frame", "stabilize"]
 Tiles = Literal["people", "all"]
 TILES_KEY = "svfx/tiles"  # the EXR attribute that records a frame's tiles setting
@@ -148,7 +150,7 @@ class ShotSpec(BaseModel):
     source_version: str | None = Field(
         None,
         description="the per-frame version a stabilised version is made from (set by "
-        "`svfx stabilize` and by --temporal stabilize; the models are not run again)",
+        "`svfx stabilise` and by --temporal stabilize; the models are not run again)",
     )
     fusion_method: str | None = Field(
         None,
@@ -187,7 +189,7 @@ class ShotSpec(BaseModel):
         if self.fusion_method is not None and self.source_version is None:
             raise ValueError("fusion_method is only for a stabilised version")
         if self.source_version is not None:
-            if self.temporal != "stabilize":
+            if self.temporal != STABILISE:
                 raise ValueError("source_version is only for a stabilised version")
             if self.source_version == self.version:
                 raise ValueError(
@@ -200,6 +202,16 @@ class ShotSpec(BaseModel):
     def stabilised(self) -> bool:
         """This job makes a stabilised version from an existing per-frame one."""
         return self.source_version is not None
+
+    @property
+    def stabilises_after(self) -> bool:
+        """A per-frame job that asks for its stabilised version once it is done."""
+        return self.temporal == STABILISE and not self.stabilised
+
+    @field_validator("temporal", mode="before")
+    @classmethod
+    def _temporal_spelling(cls, value: Any) -> Any:
+        return STABILISE if value == "stabilise" else value
 
     @field_validator("passes", mode="before")
     @classmethod

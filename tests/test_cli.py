@@ -450,11 +450,12 @@ def test_a_resubmit_with_nothing_to_do_answers_without_a_cluster(submitted, monk
 
 
 @pytest.mark.timeout(300)
-def test_stabilize_writes_the_next_version_and_refuses_what_it_cannot(submitted, dask_address):
-    """`svfx stabilize`: the per-frame v001 fused into v002 beside it, no model run; a version
-    the catalog does not know refused in one line; a second run finds v002 done."""
+def test_stabilise_writes_the_next_version_and_refuses_what_it_cannot(submitted, dask_address):
+    """`svfx stabilise`: the per-frame v001 fused into v002 beside it, no model run; a version
+    the catalog does not know refused in one line; a second run (by the command's first
+    spelling, `svfx stabilize`, still taken) finds v002 done."""
     args = ["--dask-address", dask_address]
-    result = invoke("stabilize", SHOT, "--version", "v001", *args, "--json")
+    result = invoke("stabilise", SHOT, "--version", "v001", *args, "--json")
     assert result.exit_code == 0, why(result)
     summary = as_json(result)
     assert summary["status"] == "complete" and sorted(summary["done"]) == [1001, 1002, 1003, 1004]
@@ -465,7 +466,7 @@ def test_stabilize_writes_the_next_version_and_refuses_what_it_cannot(submitted,
     again = as_json(invoke("stabilize", SHOT, "--version", "v001", *args, "--json"))
     assert again["output_root"] == summary["output_root"] and again["done"] == []
 
-    unknown = invoke("stabilize", SHOT, "--version", "v007")
+    unknown = invoke("stabilise", SHOT, "--version", "v007")
     assert unknown.exit_code == 2
     assert unknown.stderr.strip().splitlines() == [
         "error: demo/sq010/sh010 has no per-frame version v007 in the catalog (it has v001, v002)"
@@ -473,7 +474,7 @@ def test_stabilize_writes_the_next_version_and_refuses_what_it_cannot(submitted,
 
 
 @pytest.mark.timeout(300)
-def test_submit_temporal_stabilize_runs_both_versions(submitted, dask_address):
+def test_submit_temporal_stabilise_runs_both_versions(submitted, dask_address):
     args = ["--shot", SHOT, "--colorspace", "lin_rec709", "--passes", "normal,matte"]
     args += ["--frames", "1001-1004", "--output", str(submitted["out"]), "--no-previews"]
     args += ["--version", "v005", "--temporal", "stabilize", "--dask-address", dask_address]

@@ -44,6 +44,17 @@ def test_pose_alone_runs_seg_for_person_boxes_but_only_writes_pose():
     assert parse_spec({**BASE, "passes": "matte,pose"}).model_passes == ("matte", "pose")
 
 
+def test_temporal_takes_both_spellings_and_stores_the_first():
+    """``stabilise`` is taken for ``stabilize``, the value catalogs store and the API answers."""
+    for spelling in ("stabilize", "stabilise"):
+        spec = parse_spec({**BASE, "temporal": spelling})
+        assert spec.temporal == "stabilize" and spec.stabilises_after
+        assert spec.model_dump(mode="json")["temporal"] == "stabilize"
+    assert not parse_spec(BASE).stabilises_after
+    with pytest.raises(SpecError, match="temporal"):
+        parse_spec({**BASE, "temporal": "stabilised"})
+
+
 def test_paths_must_lie_under_allowed_roots():
     spec = parse_spec({**BASE, "output_root": "/shows/x/out"})
     assert check_paths(spec, ["/shows"], "/unused") == []

@@ -1,6 +1,6 @@
-"""`svfx stabilize`: a stabilised version of a per-frame version already made, without
-running the models again (`flows.stabilise` picks the version and refuses what cannot be
-stabilised; the run itself is `svfx submit`'s)."""
+"""`svfx stabilise` (also taken as `svfx stabilize`): a stabilised version of a per-frame
+version already made, without running the models again (`flows.stabilise` picks the version
+and refuses what cannot be stabilised; the run itself is `svfx submit`'s)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .console import JsonOpt, err, get_settings, interactive, refused, refusing
 from .submit import ClusterOpt, run_submit
 
 
-def stabilize(
+def stabilise(
     shot: Annotated[str, typer.Argument(help="SHOW/SEQ/SHOT")],
     version: Annotated[str, typer.Option(help="the per-frame version to stabilise, e.g. v001")],
     passes: Annotated[
