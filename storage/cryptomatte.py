@@ -19,6 +19,7 @@ import json
 import struct
 from collections.abc import Mapping, Sequence
 
+import mmh3
 import numpy as np
 
 HASH_NAME = "MurmurHash3_32"
@@ -29,36 +30,8 @@ _RGBA = ("R", "G", "B", "A")
 
 
 def murmurhash3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3_x86_32 as an unsigned 32-bit int.
-
-    Written here rather than adding the `mmh3` package: it hashes a few dozen class names
-    once per file, and the spec's test vectors pin it down (tests/test_cryptomatte.py).
-    """
-    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
-    length = len(data)
-    h = seed & mask
-    whole = length - length % 4
-    for (k,) in struct.iter_unpack("<I", data[:whole]):
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & mask
-        h = (h * 5 + 0xE6546B64) & mask
-    tail = data[whole:]
-    if tail:
-        k = int.from_bytes(tail, "little")
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
-    h ^= length
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & mask
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & mask
-    h ^= h >> 16
-    return h
+    """MurmurHash3_x86_32 as an unsigned 32-bit int (the ``mmh3`` package's)."""
+    return int(mmh3.hash(data, seed, signed=False))
 
 
 def name_hash(name: str) -> int:

@@ -4,6 +4,8 @@ tests/test_seg_outputs.py)."""
 from __future__ import annotations
 
 import json
+import random
+import struct
 
 import numpy as np
 import pytest
@@ -45,6 +47,43 @@ def test_uint32_hashes_match_specification() -> None:
     # MurmurHash3_x86_32 reference values for the empty input.
     assert cryptomatte.murmurhash3_32(b"") == 0
     assert cryptomatte.murmurhash3_32(b"", seed=1) == 0x514E28B7
+
+
+def _murmurhash3_32_reference(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3_x86_32 written out (the module's own before it used ``mmh3``)."""
+    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+    h = seed & mask
+    whole = len(data) - len(data) % 4
+    for (k,) in struct.iter_unpack("<I", data[:whole]):
+        k = (k * c1) & mask
+        k = (((k << 15) | (k >> 17)) & mask) * c2 & mask
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & mask
+        h = (h * 5 + 0xE6546B64) & mask
+    if tail := data[whole:]:
+        k = (int.from_bytes(tail, "little") * c1) & mask
+        h ^= (((k << 15) | (k >> 17)) & mask) * c2 & mask
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & mask
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & mask
+    return h ^ (h >> 16)
+
+
+def test_ids_are_the_written_out_hash_on_many_names() -> None:
+    """``mmh3`` gives the IDs the hand-written hash gave, bit for bit: every tail length,
+    seeds, and names outside ASCII (accents, Cyrillic, kana, emoji, the last code point)."""
+    rng = random.Random(43)
+    alphabet = [chr(c) for c in [*range(32, 127), *range(0xA0, 0x500), *range(0x3040, 0x3100)]]
+    alphabet += ["\U0001f600", "\U0010ffff", "\ufffd"]
+    names = ["", "a", "ab", "abc", "abcd", "person", "naïve café", "日本語", "x" * 1000]
+    names += ["".join(rng.choices(alphabet, k=rng.randint(0, 40))) for _ in range(5000)]
+    for name in names:
+        data = name.encode("utf-8")
+        assert cryptomatte.name_hash(name) == _murmurhash3_32_reference(data), name
+        for seed in (1, 0xFFFFFFFF):
+            assert cryptomatte.murmurhash3_32(data, seed) == _murmurhash3_32_reference(data, seed)
 
 
 def test_manifest_hex_matches_published_files() -> None:
