@@ -29,6 +29,7 @@ GENERATED = ROOT / "docs" / "_generated"
 # The folders of infra/ with a README of their own, each a page of the operations guide.
 INFRA = ("local", "docker", "compose", "kubernetes", "slurm", "openjd", "prefect")
 
+
 def _write(path: Path, text: str) -> None:
     """Write only when the text changed, so Sphinx does not rebuild pages needlessly."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,15 @@ def _code(values: Iterable[object]) -> str:
     return ", ".join(f"`{v}`" for v in values) or "-"
 
 
+def _fused_as(p: Any) -> str:
+    """How a stabilised version fuses the pass: the rule of its kind of values, the keypoint
+    smoother for pose, else not at all."""
+    rule = getattr(p, "fusion", None)
+    if rule:
+        return f"`{rule}`"
+    return "keypoint smoother" if p.values == "keypoints" else "not fused"
+
+
 def passes_markdown() -> str:
     """The pass table as Markdown: one overview table, then the EXR layers and Zarr arrays."""
     from schemas import passes
@@ -67,7 +77,7 @@ def passes_markdown() -> str:
         models = ", ".join(f"{family}: `{task}`" for family, task in p.models.items())
         if not models:
             models = "no model: optical flow of the plate" if p.inference == "plate_flow" else ""
-            models = models or f"from {_code(p.needs) if p.needs else 'another pass'}"
+            models = models or f"from `{passes.made_from(p.name)}`'s model"
         needs = f"; needs one of {_code(p.needs)}" if p.needs and p.models else ""
         lines.append(
             f"| `{p.name}` | {_cell(p.description)}{needs} | {models} | `{p.inference}` "
@@ -78,7 +88,8 @@ def passes_markdown() -> str:
         "## EXR layers",
         "",
         "In the default multi-part layout each layer is a part of its own; in the single-part",
-        "layout every layer's channels are in one part (see the output layout page).",
+        "layout every layer's channels are in one part ([EXR layout]"
+        "(../user/outputs.md#exr-layout-multi-part-or-single-part)).",
         "",
         "| pass | part / layer | channels | type | colour tag | holds |",
         "|---|---|---|---|---|---|",
@@ -114,15 +125,15 @@ def passes_markdown() -> str:
         )
     lines += [
         "",
-        "## Previews, QC and the Nuke script",
+        "## Previews, QC, stabilisation and the Nuke script",
         "",
-        "| pass | preview | temporal QC measures | Nuke script note | side file |",
-        "|---|---|---|---|---|",
+        "| pass | preview | temporal QC measures | stabilised as | Nuke script note | side file |",
+        "|---|---|---|---|---|---|",
     ]
     for p in passes.PASSES:
         lines.append(
-            f"| `{p.name}` | {p.preview or '-'} | {p.qc or '-'} | {_cell(p.nuke_note) or '-'} "
-            f"| {p.side_file or '-'} |"
+            f"| `{p.name}` | {p.preview or '-'} | {p.qc or '-'} | {_fused_as(p)} "
+            f"| {_cell(p.nuke_note) or '-'} | {p.side_file or '-'} |"
         )
     return "\n".join(lines) + "\n"
 
