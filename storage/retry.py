@@ -19,6 +19,8 @@ from core.errors import SvfxError
 
 log = logging.getLogger("svfx.storage")
 
+# Not tenacity: its deadline reads time.monotonic itself; with_retries takes a clock (tests).
+
 
 class RetriesExhausted(SvfxError, OSError):
     """A request that kept failing until the attempts or the deadline ran out."""

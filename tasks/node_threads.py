@@ -135,6 +135,7 @@ def _expand_cpus_per_node(text: str) -> list[int]:
     return counts
 
 
+# Not dask.system.cpu_count or loky's: own cgroup only, a quota rounded up; psutil reads none.
 def cgroup_cpus(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> NodeCores | None:
     """The CPU quota of this process's cgroup and its ancestors (the smallest), rounded down
     (a quota of 1.5 CPUs run on 2 threads is throttled), at least 1."""
