@@ -216,6 +216,9 @@ def contact_sheet_uri(
     return None
 
 
+IMAGE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/jpeg": {}, "image/png": {}}, "description": "the image"},
+}
 NOT_SERVED: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "unknown, or not served (the detail says why)"},
 }
@@ -226,7 +229,7 @@ NOT_SERVED: dict[int | str, dict[str, Any]] = {
     summary="A preview image by its catalog id",
     response_class=Response,
     responses={
-        200: {"content": {"image/jpeg": {}, "image/png": {}}, "description": "the image"},
+        **IMAGE,
         304: {"description": "unchanged since the ETag sent in If-None-Match"},
         **NOT_SERVED,
     },
@@ -255,10 +258,7 @@ def output_image(
     "/contact/{show}/{sequence}/{shot}/{pass_name}",
     summary="A pass's contact sheet (newest job that made it)",
     response_class=Response,
-    responses={
-        200: {"content": {"image/jpeg": {}, "image/png": {}}, "description": "the image"},
-        **NOT_SERVED,
-    },
+    responses={**IMAGE, **NOT_SERVED},
 )
 def contact_sheet(
     ctx: Ctx, show: ShowPath, sequence: SequencePath, shot: ShotPath, pass_name: PassPath

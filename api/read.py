@@ -48,22 +48,23 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "descripti
 Route = TypeVar("Route", bound=Callable[..., Any])
 
 
+def _get(
+    path: str, tag: str, summary: str, model: Any, responses: dict[int | str, Any] | None = None
+) -> Callable[[Route], Route]:
+    """A GET route of the API, in its OpenAPI tag, answering ``model``."""
+    return router.get(path, tags=[tag], summary=summary, response_model=model, responses=responses)
+
+
 def _about_a_shot(tail: str, tag: str, summary: str, model: Any) -> Callable[[Route], Route]:
     """A GET route under /shots/{show}/{sequence}/{shot}: its KnownShot answers 404."""
-    path = "/shots/{show}/{sequence}/{shot}" + tail
-    return router.get(path, tags=[tag], summary=summary, response_model=model, responses=NOT_FOUND)
+    return _get("/shots/{show}/{sequence}/{shot}" + tail, tag, summary, model, NOT_FOUND)
 
 
 def _threshold(ctx: ApiContext) -> float:
     return ctx.settings.qc_flicker_threshold
 
 
-@router.get(
-    "/shots",
-    tags=["shots"],
-    summary="Shots with per-pass coverage",
-    response_model=Page[Coverage],
-)
+@_get("/shots", "shots", "Shots with per-pass coverage", Page[Coverage])
 def list_shots(
     ctx: Ctx,
     show: ShowQuery = None,
@@ -137,13 +138,7 @@ def get_qc(ctx: Ctx, shot: KnownShot, threshold: ThresholdQuery = None) -> dict[
     return answers.qc_report(ctx.engine, shot, limit)
 
 
-@router.get(
-    "/jobs/{job_id}",
-    tags=["jobs"],
-    summary="One job with its failed frames",
-    response_model=Job,
-    responses=NOT_FOUND,
-)
+@_get("/jobs/{job_id}", "jobs", "One job with its failed frames", Job, NOT_FOUND)
 def get_job(ctx: Ctx, job_id: JobIdPath) -> dict[str, Any]:
     job = answers.find_job(ctx.engine, job_id, _threshold(ctx))
     if job is None:
@@ -151,13 +146,7 @@ def get_job(ctx: Ctx, job_id: JobIdPath) -> dict[str, Any]:
     return job
 
 
-@router.get(
-    "/provenance",
-    tags=["provenance"],
-    summary="How an output file was made",
-    response_model=OutputProvenance,
-    responses=NOT_FOUND,
-)
+@_get("/provenance", "provenance", "How an output file was made", OutputProvenance, NOT_FOUND)
 def get_provenance(ctx: Ctx, path: PathQuery, frame: FrameQuery = None) -> dict[str, Any]:
     """The outputs stored at ``path`` (one per pass/part/frame) with their checkpoints,
     provenance (platform, torch, CUDA, device, precision, colour transform, tiling), jobs
@@ -169,11 +158,11 @@ def get_provenance(ctx: Ctx, path: PathQuery, frame: FrameQuery = None) -> dict[
     return found
 
 
-@router.get(
+@_get(
     "/search",
-    tags=["provenance"],
-    summary="Outputs made from a plate frame or with a checkpoint (no checksum: all outputs)",
-    response_model=Page[Output],
+    "provenance",
+    "Outputs made from a plate frame or with a checkpoint (no checksum: all outputs)",
+    Page[Output],
 )
 def search(
     ctx: Ctx,

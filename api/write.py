@@ -4,7 +4,8 @@ allowed roots) and hand it to the submitter (Prefect deployment runs by default)
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import fileseq
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -38,6 +39,23 @@ SPEC_BODY = {
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ShotSpec"}}},
     }
 }
+Route = TypeVar("Route", bound=Callable[..., Any])
+
+
+def _starts_a_run(
+    path: str, summary: str, responses: dict[int | str, Any], **more: Any
+) -> Callable[[Route], Route]:
+    """A POST route that starts a run: 202 with what was submitted, else one of the refusals
+    (and ``responses``)."""
+    return router.post(
+        path,
+        tags=["submit"],
+        summary=summary,
+        status_code=202,
+        response_model=Submitted,
+        responses={**REFUSALS, **responses},
+        **more,
+    )
 
 
 def _checked(ctx: ApiContext, data: dict[str, Any], *, published: bool = False) -> ShotSpec:
@@ -70,16 +88,10 @@ def _submit(ctx: ApiContext, spec: ShotSpec, why: str) -> str:
         raise HTTPException(503, f"could not submit {spec.shot_path}: {reason(exc)}") from exc
 
 
-@router.post(
+@_starts_a_run(
     "/shots",
-    tags=["submit"],
-    summary="Submit a shot",
-    status_code=202,
-    response_model=Submitted,
-    responses={
-        **REFUSALS,
-        413: {"model": Problem, "description": f"the body is over {MAX_BODY_BYTES} bytes"},
-    },
+    "Submit a shot",
+    {413: {"model": Problem, "description": f"the body is over {MAX_BODY_BYTES} bytes"}},
     openapi_extra=SPEC_BODY,
 )
 async def submit_shot(request: Request, ctx: Ctx) -> Submitted:
@@ -93,14 +105,10 @@ async def submit_shot(request: Request, ctx: Ctx) -> Submitted:
     return Submitted(run_id=run_id, shot=spec.shot_path, frames=spec.frames)
 
 
-@router.post(
+@_starts_a_run(
     "/jobs/{job_id}/retry",
-    tags=["submit"],
-    summary="Retry a job's failed frames",
-    status_code=202,
-    response_model=Submitted,
-    responses={
-        **REFUSALS,
+    "Retry a job's failed frames",
+    {
         404: {"model": Problem, "description": "no such job"},
         409: {"model": Problem, "description": "the job has no failed frames"},
     },
