@@ -122,7 +122,7 @@ def chunk_job(
     from schemas.spec import parse_spec
     from storage.location import Location
     from storage.zarr_store import create_shot_store, shard_frames
-    from tasks.checkpoints import CheckpointRef
+    from tasks.checkpoints.files import CheckpointRef
     from tasks.chunk_worker import ChunkJob
     from tasks.output_paths import ShotOutputPaths
 

@@ -42,8 +42,9 @@ def models(
     `svfx models convert SRC DST` converts a released Sapiens v1 .pth to safetensors."""
     if ctx.invoked_subcommand is not None:
         return
-    from tasks.checkpoint_verify import verify_checkpoint_once
-    from tasks.checkpoints import CheckpointError, scan_checkpoints
+    from tasks.checkpoints.errors import CheckpointError
+    from tasks.checkpoints.files import scan_checkpoints
+    from tasks.checkpoints.verify import verify_checkpoint_once
 
     settings = get_settings()
     root = checkpoint_root or settings.checkpoint_root
@@ -94,8 +95,8 @@ def convert(
     nothing in the file is run. Family, size and task come from the tensors; DST records
     them with the source's name and sha256."""
     from storage.errors import StorageError
-    from tasks.checkpoint_convert import convert_checkpoint
-    from tasks.checkpoint_errors import CheckpointError
+    from tasks.checkpoints.convert import convert_checkpoint
+    from tasks.checkpoints.errors import CheckpointError
 
     try:
         result = convert_checkpoint(src, dst, force=force)

@@ -21,8 +21,8 @@ from schemas.summaries import PlateInfo
 from storage.fingerprint import sequence_fingerprints
 from storage.frame import Frame
 from storage.zarr_store import shard_frames, stored_frames_per_shard
-from tasks.checkpoint_choice import resolve_checkpoints
-from tasks.checkpoint_verify import verify_checkpoints
+from tasks.checkpoints.choice import resolve_checkpoints
+from tasks.checkpoints.verify import verify_checkpoints
 
 from .inputs import ShotInputs, check_inputs
 from .resume import decide_work

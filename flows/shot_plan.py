@@ -13,7 +13,7 @@ from schemas.summaries import ChunkSummary, PlateInfo
 from storage.location import Location
 from storage.sequences import PlateSequence
 from storage.zarr_store import KEYPOINTS, shard_of
-from tasks.checkpoints import CheckpointRef, seg_class_names
+from tasks.checkpoints.files import CheckpointRef, seg_class_names
 from tasks.chunk_job import ChunkJob, flow_neighbours
 from tasks.output_paths import ShotOutputPaths
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage.location import Location
-from tasks.checkpoints import CheckpointRef
+from tasks.checkpoints.files import CheckpointRef
 from tasks.output_paths import ShotOutputPaths
 
 

@@ -42,7 +42,7 @@ from schemas import passes as pass_table
 from schemas.spec import TILES_KEY, ShotSpec
 from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
 from storage.zarr_writer import ShotStoreWriter
-from tasks.checkpoints import seg_class_names
+from tasks.checkpoints.files import seg_class_names
 from tasks.chunk_job import ChunkJob
 from tasks.colour import ColourConversion
 from tasks.frame_inference import FrameInference, InferredFrame, default_focal

@@ -18,7 +18,7 @@ from sapiens.loading import load_model
 from sapiens.model import model_info
 from sapiens.predictor import Predictor
 from schemas.passes import model_task
-from tasks.checkpoints import CheckpointRef
+from tasks.checkpoints.files import CheckpointRef
 from tasks.compiled_models import compile_for_worker, compile_wanted
 from tasks.node_threads import worker_torch_threads
 from tasks.precision import PrecisionChoice, choose_precision

@@ -36,7 +36,7 @@ from storage.errors import FrameError
 from storage.pose_json import fragment_uri
 from storage.zarr_store import KEYPOINTS
 from storage.zarr_writer import ShotStoreWriter, array_uri
-from tasks.checkpoints import seg_class_names
+from tasks.checkpoints.files import seg_class_names
 from tasks.chunk_job import ChunkJob
 from tasks.colour import ColourConversion
 from tasks.frame_inference import InferredFrame, preview_hw_of

@@ -52,8 +52,8 @@ def small_chunk_job(
     as the shot runner creates it, under `root/out`."""
     from storage.location import Location
     from storage.zarr_store import create_shot_store
-    from tasks.checkpoint_choice import resolve_checkpoints
-    from tasks.checkpoints import seg_class_names
+    from tasks.checkpoints.choice import resolve_checkpoints
+    from tasks.checkpoints.files import seg_class_names
     from tasks.chunk_worker import ChunkJob
     from tasks.output_paths import ShotOutputPaths
 

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 
-import tasks.checkpoints as ck
+import tasks.checkpoints.files as ck
 from sapiens.errors import CheckpointError
 from sapiens.loading import save_model
 from sapiens.model import build_model
 from schemas.settings import Settings
 from schemas.spec import parse_spec
-from tasks.checkpoint_choice import pick_model_size, preferred_size, resolve_checkpoints
-from tasks.checkpoints import CheckpointChoiceError, CheckpointRef
+from tasks.checkpoints.auto_size import pick_model_size, preferred_size
+from tasks.checkpoints.choice import resolve_checkpoints
+from tasks.checkpoints.errors import CheckpointChoiceError
+from tasks.checkpoints.families import wanted_arch
+from tasks.checkpoints.files import CheckpointRef
 
 NORMAL_SEG = {"normal": "normal", "seg": "seg"}
 THREE = {"normal": "normal", "seg": "seg", "pose": "pose"}
@@ -28,7 +31,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def ref(size: str, task: str, *, trained: bool = True) -> CheckpointRef:
-    arch = ck.wanted_arch(size)
+    arch = wanted_arch(size)
     return CheckpointRef(f"/ckpt/{arch}_{task}.safetensors", "0" * 64, arch, task, trained, 1)
 
 

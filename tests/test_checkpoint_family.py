@@ -18,14 +18,12 @@ from cli.main import app as svfx_app
 from sapiens.loading import save_model
 from sapiens.model import build_model
 from schemas.spec import parse_spec
-from tasks.checkpoint_choice import CheckpointChoice, pick_model_size, resolve_checkpoints
-from tasks.checkpoint_convert import convert_checkpoint
-from tasks.checkpoints import (
-    CheckpointChoiceError,
-    CheckpointRef,
-    describe_checkpoint,
-    size_label,
-)
+from tasks.checkpoints.auto_size import pick_model_size
+from tasks.checkpoints.choice import CheckpointChoice, resolve_checkpoints
+from tasks.checkpoints.convert import convert_checkpoint
+from tasks.checkpoints.errors import CheckpointChoiceError
+from tasks.checkpoints.families import size_label
+from tasks.checkpoints.files import CheckpointRef, describe_checkpoint
 from tests.test_convert_pth import DEPTH, FFN, HEADS, C, v1_state
 
 runner = CliRunner()

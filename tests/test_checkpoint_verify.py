@@ -13,13 +13,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import sapiens
-import tasks.checkpoint_verify as verify_mod
+import tasks.checkpoints.verify as verify_mod
 from sapiens.finite import nonfinite_tensors
 from sapiens.loading import save_model, verify_checkpoint
 from sapiens.model import build_model
 from sapiens.safetensors_format import read_tensor_index
-from tasks.checkpoint_verify import verify_checkpoints
-from tasks.checkpoints import CheckpointChoiceError, CheckpointRef, describe_checkpoint
+from tasks.checkpoints.errors import CheckpointChoiceError
+from tasks.checkpoints.files import CheckpointRef, describe_checkpoint
+from tasks.checkpoints.verify import verify_checkpoints
 
 
 @pytest.fixture(autouse=True)

@@ -292,7 +292,7 @@ def test_the_untrained_warning_says_why_once_in_bold(monkeypatch, tmp_path):
 
     from rich.console import Console
 
-    from tasks.checkpoint_choice import resolve_checkpoints
+    from tasks.checkpoints.choice import resolve_checkpoints
 
     empty = tmp_path / "models"
     empty.mkdir()

@@ -7,7 +7,7 @@ second looks, a second job that finds every frame done; the other shots get a jo
 Before the fixes such starts failed a submit now and then: the servers migrating the fresh
 database together (`flows.orchestrator`; the first test below starts the servers alone, at
 one moment, which fails that way far more often), or the untrained model rewritten by one
-submit while the other checked the file it had chosen (`tasks.checkpoints`,
+submit while the other checked the file it had chosen (`tasks.checkpoints.untrained`,
 tests/test_untrained_builds.py).
 """
 

@@ -34,7 +34,7 @@ from cli.main import app as svfx_app
 from sapiens.errors import CheckpointError
 from sapiens.pth_reader import pth_name_for, read_pth
 from sapiens.safetensors_format import DTYPE_BYTES, read_tensor_index
-from tasks.checkpoint_convert import convert_checkpoint
+from tasks.checkpoints.convert import convert_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 C, DEPTH, HEADS, FFN = 32, 2, 2, 128  # the "sapiens_test" row
@@ -317,7 +317,7 @@ def test_dtypes_views_and_shared_storages_are_read_bit_for_bit(tmp_path):
     for key, value in tensors.items():
         assert checkpoint.arrays[key].shape == tuple(value.shape), key
         assert bits(checkpoint.arrays[key]) == bits(value), key
-    from tasks.checkpoint_convert import write_safetensors
+    from tasks.checkpoints.convert import write_safetensors
 
     out = tmp_path / "dtypes.safetensors"
     with open(out, "wb") as fh:
@@ -356,7 +356,7 @@ def test_reading_needs_no_torch(tmp_path):
         "import sys; sys.modules['torch'] = None\n"
         "from sapiens import v1_arch\n"
         f"v1_arch.V1_SIZES['sapiens_test'] = {(C, DEPTH, HEADS, FFN)}\n"
-        "from tasks.checkpoint_convert import convert_checkpoint\n"
+        "from tasks.checkpoints.convert import convert_checkpoint\n"
         f"r = convert_checkpoint({str(src)!r}, {str(tmp_path / 'a.safetensors')!r})\n"
         f"p = convert_checkpoint({str(pose)!r}, {str(tmp_path / 'b.safetensors')!r})\n"
         "print(r.metadata['task'], p.metadata['task'])\n"
@@ -777,7 +777,7 @@ def test_models_without_a_subcommand_still_lists(tmp_path, monkeypatch):
 # -- the loader still refuses pickles ---------------------------------------------------------
 def test_the_loader_still_refuses_the_pth_itself(tmp_path):
     import sapiens
-    from tasks.checkpoints import describe_checkpoint, scan_checkpoints
+    from tasks.checkpoints.files import describe_checkpoint, scan_checkpoints
 
     root = tmp_path / "root"
     root.mkdir()

@@ -20,7 +20,7 @@ from schemas.spec import SpecError
 from storage.errors import FrameError, SequenceError, StorageError
 from storage.object_listing import ListingError
 from storage.retry import RetriesExhausted
-from tasks.checkpoint_errors import CheckpointChoiceError
+from tasks.checkpoints.errors import CheckpointChoiceError
 from tasks.frame_records import FrameRecordError
 
 USER_ERRORS: dict[type[Exception], type[Exception]] = {  # class -> the builtin base it keeps

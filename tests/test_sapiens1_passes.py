@@ -25,7 +25,7 @@ from schemas import passes as pass_table
 from schemas.spec import parse_spec
 from storage import cryptomatte
 from storage.zarr_store import open_shot_store
-from tasks.checkpoint_choice import resolve_checkpoints
+from tasks.checkpoints.choice import resolve_checkpoints
 from tasks.chunk_worker import process_chunk
 from tasks.frame_passes import relative_depth
 from tests.shot_helpers import SMALL, make_plate, small_chunk_job, spec_data

@@ -23,7 +23,7 @@ from schemas.catalog import open_catalog, queries
 from schemas.catalog.models import Job
 from schemas.spec import SpecError, parse_spec
 from storage.cryptomatte import class_ids
-from tasks.checkpoints import seg_class_names
+from tasks.checkpoints.files import seg_class_names
 from tasks.temporal_fusion import METHOD as FUSION_METHOD
 from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
 

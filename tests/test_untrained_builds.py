@@ -1,5 +1,5 @@
-"""The tiny untrained models (`tasks.checkpoints.untrained_checkpoint`) under submits started
-together: built once, by one process, while the others wait, and never rewritten once there
+"""The tiny untrained models (`tasks.checkpoints.untrained`) under submits started together:
+built once, by one process, while the others wait, and never rewritten once there
 (tests/test_loading.py: the same model saves to the same bytes in any process)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tasks.checkpoints import untrained_checkpoint
+from tasks.checkpoints.untrained import untrained_checkpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ BUILD = """
 import json, os, sys, time
 from pathlib import Path
 import sapiens.model
-from tasks.checkpoints import untrained_checkpoint
+from tasks.checkpoints.untrained import untrained_checkpoint
 built = []
 real_build = sapiens.model.build_model
 def counted_build(*args, **kwargs):

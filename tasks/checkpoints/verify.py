@@ -1,10 +1,10 @@
 """Verify the checkpoints chosen for a run once, in the flow, before any frame is sent.
 
-A checkpoint with NaN weights, or one whose tensors do not fit the model they describe, used
-to be found on a Dask worker after every frame had been dispatched. `verify_checkpoints` runs
-the checks `load_model` makes (header, shapes against the inferred model, every floating
+A checkpoint with NaN weights, or one whose tensors do not fit the model they describe, would
+otherwise be found on a Dask worker after every frame had been dispatched. `verify_checkpoints`
+runs the checks `load_model` makes (header, shapes against the inferred model, every floating
 tensor finite; `sapiens.loading.verify_checkpoint`) up front, streaming each file off disk
-(about 3 GB/s cold, 7 GB/s from the page cache: `python -m bench.checkpoint_verify`).
+(its speed: docs/design/checkpoints.md, `python -m bench.checkpoint_verify`).
 
 A success is remembered per (resolved path, size, mtime_ns, sha256) in
 ``$SVFX_HOME/checkpoint-verified.json``, next to the sha256 cache, so a re-run costs a stat and
@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sapiens.errors import CheckpointError
 
-from .checkpoints import CheckpointChoiceError, CheckpointRef
-from .file_caches import JsonFileCache, cached_sha256, file_identity
+from .caches import JsonFileCache, cached_sha256, file_identity
+from .errors import CheckpointChoiceError
+from .files import CheckpointRef
 
 # Bump when the checks change, so files verified by an older version are checked again.
 VERIFY_VERSION = 1

@@ -4,6 +4,7 @@ learnt once per file version."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -11,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from sapiens.safetensors_format import sha256_file
+from storage.atomic import atomic_write_bytes
+from storage.errors import StorageError
 
 
 class JsonFileCache:
     """A small str -> JSON map in a file under $SVFX_HOME (nothing is kept when it is unset),
     rewritten atomically. Two processes writing at once may drop each other's newest entry,
-    which only costs recomputing it; a cache that cannot be written costs the same."""
+    which only costs recomputing it; a cache that cannot be written costs the same.
+    Not diskcache: it keeps a SQLite folder, where each cache here is one small JSON file."""
 
     def __init__(self, filename: str, *, path_env: str | None = None) -> None:
         """``path_env``: an environment variable that, when set, names the file instead
@@ -43,13 +47,8 @@ class JsonFileCache:
         with self._lock:
             entries = self._read()
             entries[key] = value
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_text(json.dumps(entries))
-                tmp.replace(path)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError, StorageError):  # costs recomputing only
+                atomic_write_bytes(str(path), json.dumps(entries).encode())
 
     def _read(self) -> dict[str, Any]:
         path = self.file()
@@ -62,7 +61,7 @@ class JsonFileCache:
         return entries if isinstance(entries, dict) else {}  # JSON, but not a map (a list...)
 
 
-# sha256 of big checkpoints takes seconds to minutes; remember it per (path, size, mtime).
+# A big checkpoint's sha256 is slow to compute; remember it per (path, size, mtime).
 SHA256_CACHE = JsonFileCache("checkpoint-sha256.json")
 
 
@@ -73,6 +72,7 @@ def file_identity(path: str | os.PathLike[str]) -> str:
 
 
 def cached_sha256(path: str | os.PathLike[str]) -> str:
+    """The file's sha256, computed once per file version (`file_identity`)."""
     key = file_identity(path)
     digest = SHA256_CACHE.get(key)
     if isinstance(digest, str):

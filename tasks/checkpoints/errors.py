@@ -1,8 +1,8 @@
 """The checkpoint errors a run can refuse with, in a module of their own so that code which
-only needs to recognise them (the refusals of `flows`) imports neither torch nor `sapiens`
-through `tasks.checkpoints`: choosing (`CheckpointChoiceError`, raised there and in
-`tasks.checkpoint_choice`) and a file that is not a usable checkpoint
-(`sapiens.errors.CheckpointError`, which needs no torch)."""
+only needs to recognise them (`cli.models`) imports neither torch nor the rest of the room:
+choosing (`CheckpointChoiceError`, raised by `tasks.checkpoints.choice` and the modules it
+calls) and a file that is not a usable checkpoint (`sapiens.errors.CheckpointError`, which
+needs no torch)."""
 
 from __future__ import annotations
 

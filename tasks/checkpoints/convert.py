@@ -12,12 +12,11 @@ atomically (`storage.atomic`), so a refusal or a failure leaves no DST behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,11 +26,11 @@ from sapiens.arch import POSE, SEG
 from sapiens.errors import CheckpointError
 from sapiens.info import ModelInfo
 from sapiens.pth_reader import TorchCheckpoint, pth_hint, read_pth
+from sapiens.safetensors_format import sha256_file
 from sapiens.v1_arch import identify_v1, keypoint_set
 from storage.atomic import atomic_open
 
 SUFFIX = ".safetensors"
-_HASH_BLOCK = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -48,16 +47,7 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "src": self.src,
-            "dst": self.dst,
-            "sha256": self.sha256,
-            "size_bytes": self.size_bytes,
-            "source_sha256": self.source_sha256,
-            "tensors": self.tensors,
-            "metadata": self.metadata,
-            "notes": self.notes,
-        }
+        return asdict(self)
 
 
 def convert_checkpoint(
@@ -76,7 +66,10 @@ def convert_checkpoint(
         if hint is None:
             raise
         raise CheckpointError(src, f"{exc.reason}; {hint}") from None
-    source_sha256 = sha256_file(src)
+    try:
+        source_sha256 = sha256_file(src)
+    except OSError as exc:
+        raise CheckpointError(src, f"cannot read: {exc}") from None
     metadata = describe(checkpoint, info, source_sha256)
     writer = atomic_open(dst)
     with writer as handle:
@@ -133,17 +126,6 @@ def describe(checkpoint: TorchCheckpoint, info: ModelInfo, source_sha256: str) -
     return meta
 
 
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            while block := fh.read(_HASH_BLOCK):
-                digest.update(block)
-    except OSError as exc:
-        raise CheckpointError(path, f"cannot read: {exc}") from None
-    return digest.hexdigest()
-
-
 def write_safetensors(
     handle: BinaryIO,
     arrays: Mapping[str, np.ndarray],
@@ -153,7 +135,8 @@ def write_safetensors(
     """The safetensors layout, streamed one tensor at a time (the source stays memory-mapped,
     so memory holds at most one tensor): 8-byte little-endian header length, the JSON header
     padded with spaces to a multiple of 8, then each tensor's little-endian bytes. Widest
-    dtypes first, so every tensor starts aligned to its element size."""
+    dtypes first, so every tensor starts aligned to its element size.
+    Not safetensors' save_file: it builds the whole file in memory, and numpy has no bf16."""
     order = sorted(arrays, key=lambda key: (-arrays[key].dtype.itemsize, key))
     header: dict[str, object] = {"__metadata__": dict(metadata)}
     offset = 0
