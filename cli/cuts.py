@@ -37,6 +37,7 @@ from .spec_options import (
     ExrLayoutOpt,
     FamilyOpt,
     ModelSizeOpt,
+    NoPreviewsOpt,
     OutputOpt,
     PassesOpt,
     TilesOpt,
@@ -44,40 +45,51 @@ from .spec_options import (
 )
 from .submit import ClusterOpt, absolute_paths, require_cluster, run_here
 
+CutOpt = Annotated[str, typer.Argument(help="the cut: .otio/.otioz, CMX3600 .edl, FCP 7 .xml")]
+HandlesOpt = Annotated[
+    int, typer.Option(min=0, help="frames added before and after each clip's source range")
+]
+ShotTemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="the shot name from the clip's fields: {clip} (default), {marker} (e.g. an EDL "
+        "* LOC: name), {source} (source file name), {reel}, {index} ({index:03d}), "
+        "{track}, {show}, {seq}, and the named groups of --shot-pattern"
+    ),
+]
+ShotPatternOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="FIELD:REGEX, FIELD one of clip, source, marker, reel: the shot ID is the "
+        "regex's group (?P<shot>...) found in that field, e.g. "
+        "'clip:(?P<shot>[A-Z]+\\d+_\\d+)' takes ZZ100_501 from 'ZZ100_501 (LAY3)'; "
+        "a clip it does not match is refused"
+    ),
+]
+PlatesRootOpt = Annotated[
+    str | None, typer.Option(help="find every plate here by --plate-template, not the cut's")
+]
+PlateTemplateOpt = Annotated[
+    str | None,
+    typer.Option(help="plate under --plates-root; default {shot}/plate/{shot}_plate.####.exr"),
+]
+RateOpt = Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")
+]
+
 
 # -- cuts in ---------------------------------------------------------------------------------
 def submit_edit(
-    cut: Annotated[str, typer.Argument(help="the cut: .otio/.otioz, CMX3600 .edl, FCP 7 .xml")],
+    cut: CutOpt,
     show: Annotated[str, typer.Option(help="show of every shot")],
     seq: Annotated[str, typer.Option(help="sequence of every shot")],
-    handles: Annotated[
-        int, typer.Option(min=0, help="frames added before and after each clip's source range")
-    ] = 0,
-    shot_template: Annotated[
-        str | None,
-        typer.Option(
-            help="the shot name from the clip's fields: {clip} (default), {marker} (e.g. an EDL "
-            "* LOC: name), {source} (source file name), {reel}, {index} ({index:03d}), "
-            "{track}, {show}, {seq}, and the named groups of --shot-pattern"
-        ),
-    ] = None,
-    shot_pattern: Annotated[
-        str | None,
-        typer.Option(
-            help="FIELD:REGEX, FIELD one of clip, source, marker, reel: the shot ID is the "
-            "regex's group (?P<shot>...) found in that field, e.g. "
-            "'clip:(?P<shot>[A-Z]+\\d+_\\d+)' takes ZZ100_501 from 'ZZ100_501 (LAY3)'; "
-            "a clip it does not match is refused"
-        ),
-    ] = None,
-    plates_root: Annotated[
-        str | None, typer.Option(help="find every plate here by --plate-template, not the cut's")
-    ] = None,
-    plate_template: Annotated[
-        str | None,
-        typer.Option(help="plate under --plates-root; default {shot}/plate/{shot}_plate.####.exr"),
-    ] = None,
-    rate: Annotated[float, typer.Option(min=1.0, help="frame rate of an EDL (it has none)")] = 24.0,
+    handles: HandlesOpt = 0,
+    shot_template: ShotTemplateOpt = None,
+    shot_pattern: ShotPatternOpt = None,
+    plates_root: PlatesRootOpt = None,
+    plate_template: PlateTemplateOpt = None,
+    rate: RateOpt = 24.0,
     passes: PassesOpt = DEFAULT_PASSES,
     family: FamilyOpt = SPEC_DEFAULTS["family"],
     model_size: ModelSizeOpt = SPEC_DEFAULTS["model_size"],
@@ -87,13 +99,9 @@ def submit_edit(
     version: VersionOpt = SPEC_DEFAULTS["version"],
     exr_layout: ExrLayoutOpt = SPEC_DEFAULTS["exr_layout"],
     tiles: TilesOpt = SPEC_DEFAULTS["tiles"],
-    no_previews: Annotated[
-        bool, typer.Option("--no-previews", help="no previews and no review clips")
-    ] = False,
+    no_previews: NoPreviewsOpt = False,
     dask_address: ClusterOpt = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="only print the clips, their shots and problems")
-    ] = False,
+    dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit one shot per clip of an editorial cut, one after another. Clips sharing a plate
@@ -101,16 +109,8 @@ def submit_edit(
     all complete, 1 some partial, 2 a clip refused or a shot failed."""
     settings = get_settings()
     interactive()
-    pattern = refusing(lambda: parse_shot_pattern(shot_pattern)) if shot_pattern else None
-    options = CutOptions(
-        show=show,
-        seq=seq,
-        handles=handles,
-        shot_template=shot_template,
-        shot_pattern=pattern,
-        plates_root=absolute_paths({"plate": plates_root})["plate"],
-        plate_template=plate_template or DEFAULT_PLATE_TEMPLATE,
-        rate=rate,
+    options = _cut_options(
+        show, seq, handles, shot_template, shot_pattern, plates_root, plate_template, rate
     )
     shared = absolute_paths(
         {
@@ -128,19 +128,55 @@ def submit_edit(
         }
     )
     plan = _cut_plan(cut, options, shared, settings)
+    _show_plan(plan, as_json=as_json, dry_run=dry_run)
+    if dry_run:
+        raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
+    results = _run_cut(plan, settings, dask_address, as_json)
+    _report(plan, results, as_json)
+    raise typer.Exit(exit_code(bool(plan.refused), results))
+
+
+def _cut_options(
+    show: str,
+    seq: str,
+    handles: int,
+    shot_template: str | None,
+    shot_pattern: str | None,
+    plates_root: str | None,
+    plate_template: str | None,
+    rate: float,
+) -> CutOptions:
+    """How to read the cut, from the command's options: the shot pattern parsed (a bad one is
+    one line and exit 2), the plates root made absolute, the default plate template."""
+    pattern = refusing(lambda: parse_shot_pattern(shot_pattern)) if shot_pattern else None
+    return CutOptions(
+        show=show,
+        seq=seq,
+        handles=handles,
+        shot_template=shot_template,
+        shot_pattern=pattern,
+        plates_root=absolute_paths({"plate": plates_root})["plate"],
+        plate_template=plate_template or DEFAULT_PLATE_TEMPLATE,
+        rate=rate,
+    )
+
+
+def _show_plan(plan: CutPlan, *, as_json: bool, dry_run: bool) -> None:
+    """The plan before anything runs: its table, or with --json --dry-run the plan as JSON
+    (with --json alone, the JSON comes after the run with each shot's result)."""
     if as_json and dry_run:
         print_json(plan.as_dict())
     elif not as_json:
         show_cut(plan)
-    if dry_run:
-        raise typer.Exit(EXIT_FAILED if plan.refused else EXIT_OK)
-    results = _run_cut(plan, settings, dask_address, as_json)
+
+
+def _report(plan: CutPlan, results: list[dict[str, Any]], as_json: bool) -> None:
+    """The shots' results after the run: the plan with each shot's result as JSON, or a table."""
     if as_json:
         shots = [{**s.as_dict(), "result": r} for s, r in zip(plan.shots, results, strict=True)]
         print_json({**plan.as_dict(), "shots": shots})
     else:
         _show_cut_results(plan, results)
-    raise typer.Exit(exit_code(bool(plan.refused), results))
 
 
 def _cut_plan(cut: str, options: CutOptions, shared: dict[str, Any], settings: Settings) -> CutPlan:

@@ -50,6 +50,9 @@ TilesOpt = Annotated[str, spec_option("tiles")]
 TemporalOpt = Annotated[str, spec_option("temporal")]
 RadiusOpt = Annotated[int, spec_option("temporal_radius", "--temporal-radius")]
 OverlapOpt = Annotated[int, spec_option("overlap", model=TilingSpec)]
+NoPreviewsOpt = Annotated[
+    bool, typer.Option("--no-previews", help="no previews and no review clips")
+]
 
 
 def shot_names(shot: str) -> tuple[str, str, str]:
