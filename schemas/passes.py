@@ -3,10 +3,11 @@
 A pass is a frozen ``Pass`` value: what it is, which model families make it (and with which
 checkpoint task), how it is inferred, how the model's device finishes it, what it writes
 (EXR layers, a Zarr array, a preview, a side file), whether its values are colour, how
-temporal QC measures its change and how the Nuke script presents it. Everything else
-derives from ``PASSES``: the CLI's and the API's pass lists, defaults and help, the spec's
-validation, tiling, the device stage, the EXR and Zarr layouts, previews, QC, the Nuke
-script and the outputs a finished frame has. ``docs/architecture.md`` says how to add one.
+temporal QC measures its change, how a stabilised version fuses it over time and how the
+Nuke script presents it. Everything else derives from ``PASSES``: the CLI's and the API's
+pass lists, defaults and help, the spec's validation, tiling, the device stage, the EXR and
+Zarr layouts, previews, QC, stabilisation, the Nuke script and the outputs a finished frame
+has. ``docs/architecture.md`` says how to add one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from schemas.part_groups import PART_GROUPS
 from storage.layers import ExrLayer, PreviewKind, ZarrArray
 
 # How a pass is inferred: on overlapping tiles of the frame; on the whole frame, letterboxed
@@ -26,6 +28,9 @@ Values = Literal[
     "unit_vectors", "points", "relative_depth", "colour", "alpha", "labels", "keypoints",
     "class_groups", "motion",
 ]  # fmt: skip
+# How a stabilised version fuses a pass (tasks.stabilise.rules); None: not fused.
+Fusion = Literal["unit_vectors", "points", "relative_depth", "colour", "alpha", "labels"]
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
 # How temporal QC measures the change of a pass between neighbouring frames.
 QcMetric = Literal["angle", "relative_distance", "absolute", "mean_absolute", "labels"]
 OutputKind = Literal["exr", "zarr", "preview", "pose_json"]
@@ -33,25 +38,6 @@ OUTPUT_KINDS: tuple[OutputKind, ...] = get_args(OutputKind)
 FAMILIES: tuple[str, ...] = ("sapiens2", "sapiens1")
 DEFAULT_FAMILY = "sapiens2"  # a job that does not say (--family)
 _HW = ("frame", "y", "x")
-# The soft mattes of `parts`: each the summed probability of its seg classes, by class name
-# (so both families' class lists work; Sapiens v1 has no Eyeglass). Alphabetical, the order
-# OpenEXR keeps a layer's channels in. Face_Neck is one class upstream: face includes the neck.
-PART_GROUPS: Mapping[str, tuple[str, ...]] = {
-    "clothing": (
-        "Apparel", "Upper_Clothing", "Lower_Clothing", "Left_Shoe", "Right_Shoe", "Left_Sock",
-        "Right_Sock",
-    ),
-    "face": (
-        "Face_Neck", "Upper_Lip", "Lower_Lip", "Upper_Teeth", "Lower_Teeth", "Tongue",
-        "Eyeglass",
-    ),
-    "hair": ("Hair",),
-    "skin": (
-        "Face_Neck", "Upper_Lip", "Lower_Lip", "Torso", "Left_Upper_Arm", "Right_Upper_Arm",
-        "Left_Lower_Arm", "Right_Lower_Arm", "Left_Hand", "Right_Hand", "Left_Upper_Leg",
-        "Right_Upper_Leg", "Left_Lower_Leg", "Right_Lower_Leg", "Left_Foot", "Right_Foot",
-    ),
-}  # fmt: skip
 _HWC = ("frame", "y", "x", "c")
 # Nuke's `motion` layer, in its channel order (VectorBlur reads forward.u/v from it).
 MOTION_CHANNELS = ("forward.u", "forward.v", "backward.u", "backward.v")
@@ -74,6 +60,7 @@ class Pass:
     zarr: ZarrArray | None = None
     preview: PreviewKind | Literal["keypoints"] | None = None
     qc: QcMetric | None = None
+    fusion: Fusion | None = None
     nuke_note: str = ""
     nuke_colour: str = "0x5c5c5cff"  # the backdrop of its Nuke nodes (0xRRGGBBAA)
     default: bool = True  # a shot that names no passes gets it
@@ -109,6 +96,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="vectors",
         qc="angle",
+        fusion="unit_vectors",
         nuke_note="camera-space unit normals",
         background="zeros",
         nuke_colour="0x4c5a78ff",
@@ -138,6 +126,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="inverse_depth",
         qc="relative_distance",
+        fusion="points",
         nuke_note="camera-space position (m); depth.Z = P.z",
         nuke_colour="0x4c7068ff",
     ),
@@ -167,6 +156,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="relative_depth",
         qc="absolute",  # relative: its own per-frame scale shows as change too
+        fusion="relative_depth",
         nuke_note="relative depth (Sapiens v1): 0 near, 1 far on the person, -1 elsewhere; "
         "not metric",
         nuke_colour="0x4c6e7aff",
@@ -198,6 +188,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="colour",
         qc="mean_absolute",
+        fusion="colour",
         nuke_note="scene-linear",
         background="zeros",
         nuke_colour="0x7a6a4cff",
@@ -212,6 +203,7 @@ PASSES: tuple[Pass, ...] = (
         zarr=ZarrArray("matte", ("H", "W"), "float16", _HW, float("nan"), "person alpha"),
         preview="alpha",
         qc="absolute",
+        fusion="alpha",
         nuke_note="person alpha",
         background="zeros",
         person_mask=True,
@@ -249,6 +241,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="labels",
         qc="labels",
+        fusion="labels",
         nuke_note="body parts: Cryptomatte + class index",
         nuke_colour="0x6e4c70ff",
         background="background_class",
@@ -278,6 +271,7 @@ PASSES: tuple[Pass, ...] = (
         ),
         preview="alpha",
         qc="mean_absolute",
+        fusion="alpha",
         nuke_note="soft body-part mattes (from seg): " + " ".join(PART_GROUPS),
         nuke_colour="0x704c5cff",
         default=False,
@@ -289,10 +283,8 @@ PASSES: tuple[Pass, ...] = (
         {},
         "plate_flow",
         "motion",
-        # Nuke's `motion` layer. Half: DIS's own error (a few tenths of a flow pixel, times
-        # the plate/flow ratio, up to 4 at 4K) is far above half's rounding (2^-11 of the
-        # value: 0.03 px at 64 px/frame, 0.25 px at 512), Nuke and renderers read and write
-        # half vectors, and it halves the part's bytes and its ZIP time.
+        # Nuke's `motion` layer. Half: DIS's own error is far above half's rounding (2^-11 of
+        # the value), Nuke and renderers read and write half vectors, and it halves the bytes.
         exr=(
             ExrLayer(
                 "motion",
@@ -394,6 +386,14 @@ def first_of_kind(names: Sequence[str] | Mapping[str, object], values: Values) -
     """The first of ``names`` (in the table's order) whose values are ``values``: e.g. the
     pass among a job's that makes keypoints, or class labels."""
     return next((p.name for p in PASSES if p.name in names and p.values == values), None)
+
+
+def fusion_rules(names: Sequence[str]) -> dict[str, Fusion]:
+    """Pass -> its fusion rule, for the passes of ``names`` a stabilised version fuses: each
+    with a rule, but one made from another's output where that one is in ``names`` (parts:
+    made again from the fused class probabilities of seg)."""
+    fused = {n: BY_NAME[n].fusion for n in names if made_from(n) == n or made_from(n) not in names}
+    return {n: rule for n, rule in fused.items() if rule is not None}
 
 
 def model_task(name: str) -> str:
