@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "sapiens", "storage", "schemas", "tasks", "publish", "flows", "api", "cli")
-EXEMPT = (Path("schemas/catalog/migrations"),)
+from tests.product_code import ROOT, product_files
+
 # What a lab note leaves behind, each with the word the failure names it by.
 NOTES = (
     ("date", re.compile(r"\b\d{4}-[01]\d-[0-3]\d\b")),
@@ -19,17 +18,6 @@ NOTES = (
     ("commit hash", re.compile(r"\bcommits?\W{1,3}(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", re.IGNORECASE)),
     ("machine name", re.compile(r"\b(?:Xeon|EPYC|H100|H200)\b", re.IGNORECASE)),
 )
-
-
-def product_files(root: Path) -> list[Path]:
-    """Every product module below ``root``, migrations aside, as paths relative to ``root``."""
-    found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            relative = path.relative_to(root)
-            if not any(relative.is_relative_to(exempt) for exempt in EXEMPT):
-                found.append(relative)
-    return found
 
 
 def lab_notes(root: Path) -> list[str]:

@@ -8,22 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "sapiens", "storage", "schemas", "tasks", "publish", "flows", "api", "cli")
-EXEMPT = (Path("schemas/catalog/migrations"),)
+from tests.product_code import ROOT, product_files
+
 MODULE_LINES = 500
 FUNCTION_LINES = 60
-
-
-def product_files(root: Path) -> list[Path]:
-    """Every product module below ``root``, migrations aside, as paths relative to ``root``."""
-    found = []
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            relative = path.relative_to(root)
-            if not any(relative.is_relative_to(exempt) for exempt in EXEMPT):
-                found.append(relative)
-    return found
 
 
 def function_lengths(source: str, filename: str) -> list[tuple[int, str, int]]:
