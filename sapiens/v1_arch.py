@@ -119,18 +119,21 @@ def v1_backbone_spec(
     if task is not None and task not in TASKS:
         raise ValueError(f"unknown Sapiens v1 task {task!r}; known: {', '.join(TASKS)}")
     hw = input_hw or (NATIVE_INPUT_HW if task else PRETRAIN_INPUT_HW)
-    spec = BackboneSpec(
-        name,
-        c,
-        depth,
-        heads,
-        (heads,) * depth,
-        ffn,
-        family=FAMILY,
+    return _v1_spec(
+        name, c, depth, heads, ffn, pos_grid_for(hw), task is None,
         patch_padding=PATCH_PADDING[task] if patch_padding is None else patch_padding,
-        pos_grid=pos_grid_for(hw),
-        cls_token=task is None,
-    )
+    )  # fmt: skip
+
+
+def _v1_spec(
+    name: str, c: int, depth: int, heads: int, ffn: int, pos_grid: tuple[int, int],
+    cls_token: bool, patch_padding: int = 0,
+) -> BackboneSpec:  # fmt: skip
+    """A v1 backbone (the same heads in every block), validated."""
+    spec = BackboneSpec(
+        name, c, depth, heads, (heads,) * depth, ffn, family=FAMILY,
+        patch_padding=patch_padding, pos_grid=pos_grid, cls_token=cls_token,
+    )  # fmt: skip
     spec.validate()
     return spec
 
@@ -300,19 +303,7 @@ def _v1_backbone(
     name, heads = _size_name(c, depth, ffn, num_heads)
     cls = "cls_token" in bb
     grid = _pos_grid(tokens - 1 if cls else tokens, square=cls, input_hw=input_hw)
-    spec = BackboneSpec(
-        name,
-        c,
-        depth,
-        heads,
-        (heads,) * depth,
-        ffn,
-        family=FAMILY,
-        pos_grid=grid,
-        cls_token=cls,
-    )
-    spec.validate()
-    return spec
+    return _v1_spec(name, c, depth, heads, ffn, grid, cls)
 
 
 def _size_name(c: int, depth: int, ffn: int, num_heads: int | None) -> tuple[str, int]:
