@@ -14,8 +14,8 @@ from sapiens.v1_arch import FAMILY as SAPIENS1
 from .families import SAPIENS2, wanted_arch
 from .files import CheckpointRef, describe_checkpoint
 
-UNTRAINED_SEED = 20260401
-# The tiny test size is built with a small native input so CPU runs take seconds, not minutes.
+UNTRAINED_SEED = 20260401  # fixed: every untrained model's bytes, so its sha256, follow it
+# The tiny test size is built with a small native input so a CPU run of it stays quick.
 UNTRAINED_INPUT_HW = {"sapiens2_tiny": (256, 192), "sapiens1_tiny": (256, 192)}
 
 _BUILD_LOCK = threading.Lock()
