@@ -28,7 +28,12 @@ def filter_shot(
     stmt: Select[Any], show: str | None, sequence: str | None, shot: str | None
 ) -> Select[Any]:
     """Keep rows of the named show/sequence/shot (None: any); needs join_shot first."""
-    for column, value in ((m.Show.name, show), (m.Sequence.name, sequence), (m.Shot.name, shot)):
+    return where_given(stmt, (m.Show.name, show), (m.Sequence.name, sequence), (m.Shot.name, shot))
+
+
+def where_given(stmt: Select[Any], *equal: tuple[Any, Any]) -> Select[Any]:
+    """Keep rows whose column equals the value beside it, for each value given (None: any)."""
+    for column, value in equal:
         if value is not None:
             stmt = stmt.where(column == value)
     return stmt

@@ -8,8 +8,16 @@ from typing import Any
 from sqlalchemy import Row, Select, false, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot
-from schemas.catalog.queries.paging import Bind, Item, Reader, ToItems, iso, page, reading
+from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot, where_given
+from schemas.catalog.queries.paging import (
+    Bind,
+    Item,
+    Reader,
+    ToItems,
+    iso,
+    newest_page,
+    reading,
+)
 from schemas.catalog.queries.qc import DEFAULT_FLICKER_THRESHOLD, flagged_frames
 
 
@@ -84,11 +92,9 @@ def jobs_page(
 ) -> tuple[list[Item], int]:
     """Jobs of the named show/sequence/shot with this status (None: any), newest first, each
     with its failed and flagged frames; and the total."""
-    stmt = filter_shot(jobs_select(), show, sequence, shot)
-    if status is not None:
-        stmt = stmt.where(m.Job.status == status)
-    stmt = stmt.order_by(m.Job.created_at.desc(), m.Job.id.desc())
-    return page(bind, stmt, _with_frames(flicker_threshold), limit, offset)
+    stmt = where_given(filter_shot(jobs_select(), show, sequence, shot), (m.Job.status, status))
+    to_items = _with_frames(flicker_threshold)
+    return newest_page(bind, stmt, m.Job.created_at, m.Job.id, to_items, limit, offset)
 
 
 def job(

@@ -7,8 +7,14 @@ from typing import Any
 from sqlalchemy import Row, Select, func, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot, with_shot
-from schemas.catalog.queries.paging import Bind, Item, each_row, iso, page, reading
+from schemas.catalog.queries.by_shot import (
+    SHOT_NAMES,
+    filter_shot,
+    join_shot,
+    where_given,
+    with_shot,
+)
+from schemas.catalog.queries.paging import Bind, Item, each_row, iso, newest_page, reading
 
 OUTPUT_COLUMNS = (
     m.Output.id,
@@ -64,12 +70,9 @@ def outputs_page(
     """Outputs, newest first, of the named show/sequence/shot, pass and kind (None: any),
     and the total."""
     stmt = filter_shot(outputs_select(), show, sequence, shot)
-    if pass_name is not None:
-        stmt = stmt.where(m.Output.pass_name == pass_name)
-    if kind is not None:
-        stmt = stmt.where(m.Output.kind == kind)
-    stmt = stmt.order_by(m.Output.created_at.desc(), m.Output.id.desc())
-    return page(bind, stmt, each_row(output_dict), limit, offset)
+    stmt = where_given(stmt, (m.Output.pass_name, pass_name), (m.Output.kind, kind))
+    to_items = each_row(output_dict)
+    return newest_page(bind, stmt, m.Output.created_at, m.Output.id, to_items, limit, offset)
 
 
 def newest_of_pass_frame(*within: Any) -> Any:

@@ -40,6 +40,13 @@ def each_row(to_item: Callable[[Row[Any]], Item]) -> ToItems:
     return lambda _conn, rows: [to_item(row) for row in rows]
 
 
+def newest_page(
+    bind: Bind, stmt: Select[Any], stamp: Any, key: Any, to_items: ToItems, limit: int, offset: int
+) -> tuple[list[Item], int]:
+    """A `page` of ``stmt`` newest first: by ``stamp``, then ``key`` (the id), descending."""
+    return page(bind, stmt.order_by(stamp.desc(), key.desc()), to_items, limit, offset)
+
+
 def page(
     bind: Bind, stmt: Select[Any], to_items: ToItems, limit: int, offset: int
 ) -> tuple[list[Item], int]:

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Row, Select, func, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot
-from schemas.catalog.queries.paging import Bind, Item, each_row, iso, page, reading
+from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot, where_given
+from schemas.catalog.queries.paging import Bind, Item, each_row, iso, newest_page, reading
 
 
 def publishes_select() -> Select[Any]:
@@ -37,10 +37,9 @@ def publishes_page(
     """Publishes of the named show/sequence/shot (None: any) with this status (None: any),
     newest first; and the total."""
     stmt = filter_shot(publishes_select(), show, sequence, shot)
-    if status is not None:
-        stmt = stmt.where(m.Publish.status == status)
-    stmt = stmt.order_by(m.Publish.updated_at.desc(), m.Publish.id.desc())
-    return page(bind, stmt, each_row(publish_dict), limit, offset)
+    stmt = where_given(stmt, (m.Publish.status, status))
+    to_items = each_row(publish_dict)
+    return newest_page(bind, stmt, m.Publish.updated_at, m.Publish.id, to_items, limit, offset)
 
 
 def job_publishes(bind: Bind, job_id: int) -> list[Item]:
@@ -52,9 +51,9 @@ def job_publishes(bind: Bind, job_id: int) -> list[Item]:
 
 def pending_publishes(bind: Bind, tracker: str | None = None) -> list[Item]:
     """Publishes still pending (oldest first), of one tracker or all."""
-    stmt = publishes_select().where(m.Publish.status == "pending")
-    if tracker is not None:
-        stmt = stmt.where(m.Publish.tracker == tracker)
+    stmt = where_given(
+        publishes_select().where(m.Publish.status == "pending"), (m.Publish.tracker, tracker)
+    )
     with reading(bind) as conn:
         return [publish_dict(r) for r in conn.execute(stmt.order_by(m.Publish.id))]
 
