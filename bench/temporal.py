@@ -1,4 +1,4 @@
-"""Temporal stabilisation (tasks/temporal_fusion.py, tasks/keypoint_smoothing.py) on a synthetic
+"""Temporal stabilisation (tasks/stabilise/: the stabiliser, the keypoint smoother) on a synthetic
 shot with ground truth (bench/temporal_scene.py): per pass, the error against the truth on the
 person and at motion/occlusion boundaries, per-frame vs stabilised; temporal QC's flicker score
 (median and worst frame) of both; a static shot, a shot with a cut, core-seconds per frame of
@@ -35,14 +35,8 @@ import torch
 from bench.common import as_a_worker_runs
 from bench.temporal_scene import PASS_KINDS, Scene, Truth, model, person_order, render
 from tasks.plate_flow import DEFAULT_FLOW, FlowSettings, flow_image, pair_motion, reduced_size
-from tasks.temporal_fusion import (
-    DEFAULT_FUSION,
-    FusionSettings,
-    StabilisedFrame,
-    TemporalStabiliser,
-    compose,
-    sampling_grid,
-)
+from tasks.stabilise.settings import DEFAULT_FUSION, FusionSettings
+from tasks.stabilise.stabiliser import StabilisedFrame, TemporalStabiliser, compose, sampling_grid
 from tasks.temporal_qc import flicker, proxies_of, qc_passes
 
 _LUMA = np.array([0.2126, 0.7152, 0.0722], dtype=np.float32)
@@ -142,7 +136,7 @@ def run_shot(
     stabiliser = TemporalStabiliser(PASS_KINDS, (scene.height, scene.width), device, settings, flow)
     smoother = None
     if pose:
-        from tasks.keypoint_smoothing import KeypointSmoother
+        from tasks.stabilise.smoothing import KeypointSmoother
 
         smoother = KeypointSmoother()
     per_frame, stabilised = Version(), Version()

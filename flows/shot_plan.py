@@ -106,7 +106,7 @@ class ShotPlan:
         present = self.sequence.frames
         radius = self.spec.temporal_radius
         if first_of_kind(self.spec.passes, "keypoints"):  # the keypoint smoother's window
-            from tasks.keypoint_smoothing import DEFAULT_SMOOTHING
+            from tasks.stabilise.smoothing import DEFAULT_SMOOTHING
 
             radius = max(radius, DEFAULT_SMOOTHING.radius)
         first, last = present.index(frames[0]), present.index(frames[-1])

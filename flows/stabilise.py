@@ -3,7 +3,7 @@
 `svfx stabilise SHOT --version v001` (and `--temporal stabilize` on submit, once the
 per-frame run is over) asks here for the spec of the new version: the source version's own
 spec (so the same plate, frames, checkpoints and layout), with ``temporal`` "stabilize",
-``source_version``, the fusion's method (``tasks.temporal_fusion.METHOD``) and the version it
+``source_version``, the fusion's method (``tasks.stabilise.settings.METHOD``) and the version it
 is written to. That version is the one a stabilisation of the same source with the same
 settings and method already has (so a run killed half way resumes into it), else the next
 version number free for the shot (in the catalog and on disk): never the source's, never over
@@ -64,7 +64,7 @@ def stabilised_spec(
         )
     # here, past every refusal: the fusion's module brings torch, and a refusal answers in a
     # second before any heavy import (tests/test_cli_trust.py)
-    from tasks.temporal_fusion import METHOD as FUSION_METHOD
+    from tasks.stabilise.settings import METHOD as FUSION_METHOD
 
     settings_of = {"passes": list(asked), "temporal_radius": radius or spec.temporal_radius}
     wanted = {

@@ -30,7 +30,7 @@ class ChunkJob:
     frame_hw: tuple[int, int]  # expected data-window size (every frame must match)
     provenance: dict[str, str] = field(default_factory=dict)  # job id, flow run, version
     fingerprints: dict[int, str] = field(default_factory=dict)
-    # A stabilised version's chunk (`tasks.stabilise_worker`): the per-frame version its
+    # A stabilised version's chunk (`tasks.stabilise.worker`): the per-frame version its
     # passes are read from, the frames either side of the chunk read for context (number,
     # plate URI; not written), and the pose model's keypoint count.
     source: ShotOutputPaths | None = None

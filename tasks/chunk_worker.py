@@ -35,6 +35,7 @@ import resource
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from sapiens.keypoints import KEYPOINT_NAMES
 from sapiens.predictor import Predictor, release_cached_memory
@@ -75,10 +76,12 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
     ``predictor`` replaces the resident models of ``job.checkpoints`` (benchmarks' stand-ins).
     """
     if job.source is not None:  # a stabilised version: no model runs
-        from tasks.stabilise_worker import stabilise_chunk
+        from tasks.stabilise.worker import stabilising
 
         with DEVICE_STAGE:  # the whole chunk: its fusion runs on the device throughout
-            return stabilise_chunk(job)
+            start = time.perf_counter()
+            stabiliser = stabilising(job)
+            return summarise(stabiliser, stabiliser.context, job.index, start)
     start = time.perf_counter()
     spec = ShotSpec.model_validate(job.spec)
     load_s = 0.0
@@ -100,13 +103,27 @@ def process_chunk(job: ChunkJob, *, predictor: Predictor | None = None) -> Chunk
         {**spec.tiling.model_dump(), "device": str(predictor.device)},
     )
     runner = _ChunkRunner(job, spec, predictor, colour, context)
+    summary = summarise(runner, context, job.index, start)
+    summary.model_s = runner.model_s
+    summary.load_s = load_s
+    return summary
+
+
+class _Runner(Protocol):
+    store: ShotStoreWriter
+
+    def run(self) -> list[FrameSummary]: ...
+
+
+def summarise(runner: _Runner, context: ChunkContext, index: int, start: float) -> ChunkSummary:
+    """A chunk's frames run into its summary (a model's chunk or a stabilised one), the
+    chunk's Zarr store closed whatever happens; with its wall time since ``start`` and the
+    worker's peak memory."""
     try:
-        summary = context.summary(runner.run(), job.index)
+        summary = context.summary(runner.run(), index)
     finally:
         runner.store.close()
     summary.wall_s = time.perf_counter() - start
-    summary.model_s = runner.model_s
-    summary.load_s = load_s
     summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return summary
 

@@ -110,6 +110,23 @@ def test_no_import_cycle() -> None:
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+def test_the_stabiliser_room_is_entered_from_tasks_by_the_chunk_worker_only() -> None:
+    """`tasks/stabilise/` is a room inside `tasks/`: the rest of `tasks/` reaches it through
+    the chunk worker (which runs a stabilised version's chunks), and it imports nothing that
+    does (the cycle check)."""
+    graph = product_modules(ROOT)
+
+    def inside(name: str) -> bool:
+        return name == "tasks.stabilise" or name.startswith("tasks.stabilise.")
+
+    users = sorted(
+        module
+        for module, imported in graph.items()
+        if module.startswith("tasks.") and not inside(module) and any(map(inside, imported))
+    )
+    assert users == ["tasks.chunk_worker"]
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A small tree laid out like the project, for the checks to be checked on."""

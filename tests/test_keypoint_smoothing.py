@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.keypoint_smoothing import KeypointSmoother, SmoothingSettings, match_people
+from tasks.stabilise.smoothing import KeypointSmoother, SmoothingSettings, match_people
 
 FRAMES = 30
 K = 12

@@ -97,6 +97,25 @@ def test_a_pass_no_model_makes_runs_none_and_depends_on_no_checkpoint():
     assert "motion" not in pass_table.DEFAULT_PASSES
 
 
+def test_a_stabilised_version_fuses_each_pass_by_the_rule_the_table_names():
+    """`Pass.fusion` is declared once per pass; `parts` is fused as a matte only when seg is
+    not in the version (else made again from seg's fused probabilities); pose and motion are
+    not fused. Every rule the table names has its code in the stabiliser."""
+    from tasks.stabilise.rules import DISTANCE
+
+    assert set(pass_table.FUSIONS) == set(DISTANCE)
+    assert pass_table.fusion_rules(pass_table.PASS_NAMES) == {
+        "normal": "unit_vectors",
+        "pointmap": "points",
+        "depth": "relative_depth",
+        "albedo": "colour",
+        "matte": "alpha",
+        "seg": "labels",
+    }
+    assert pass_table.fusion_rules(["parts", "pose", "motion"]) == {"parts": "alpha"}
+    assert pass_table.fusion_rules(["seg", "parts"]) == {"seg": "labels"}
+
+
 def test_the_exr_parts_keep_their_order_and_every_pass_has_its_outputs():
     parts = [layer.part for layer in pass_table.exr_layers(pass_table.PASS_NAMES)]
     assert parts == [

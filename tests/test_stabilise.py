@@ -1,5 +1,5 @@
 """A stabilised version beside a per-frame one (issue 24, part 3): `flows.stabilise` picks
-the version and refuses what cannot be stabilised; the chunks run `tasks.stabilise_worker`
+the version and refuses what cannot be stabilised; the chunks run `tasks.stabilise.worker`
 on the cluster, no model; the catalog links every stabilised output to what it was fused from.
 
 One 6-frame shot (normal, matte, seg, parts; chunks and shards of 2 frames, so every chunk
@@ -24,7 +24,7 @@ from schemas.catalog.models import Job
 from schemas.spec import SpecError, parse_spec
 from storage.cryptomatte import class_ids
 from tasks.checkpoints.files import seg_class_names
-from tasks.temporal_fusion import METHOD as FUSION_METHOD
+from tasks.stabilise.settings import METHOD as FUSION_METHOD
 from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
 
 pytestmark = pytest.mark.timeout(600)

@@ -16,21 +16,17 @@ import torch.nn.functional as F
 
 from bench.temporal import quality, run_shot
 from bench.temporal_scene import PASS_KINDS, Scene, model, render
-from tasks.temporal_fusion import (
-    _DISTANCE,
-    DEFAULT_FUSION,
-    FusionSettings,
-    TemporalStabiliser,
-    _chord,
-    _RowUpsampler,
-    lift_frame,
+from tasks.stabilise.lift import _RowUpsampler, lift_frame, plate_pixels
+from tasks.stabilise.rules import (
+    DISTANCE,
+    chord,
     on_person,
-    plate_pixels,
     robust_mean,
-    sampling_grid,
     warp_relative_depth,
     warp_with_certainty,
 )
+from tasks.stabilise.settings import DEFAULT_FUSION, FusionSettings
+from tasks.stabilise.stabiliser import TemporalStabiliser, sampling_grid
 
 SMALL = Scene(192, 108, 20)
 MOVING = Scene(320, 180, 20)
@@ -306,7 +302,7 @@ def _from_the_gathered_medoid(kind, samples, weights, scale):
     """One round of the robust mean the straightforward way: each pixel's medoid gathered from
     the samples (each pair's distance taken earlier sample first, as the fusion's medoid
     does), then every sample's distance to it and the reweighted mean."""
-    distance, count = _DISTANCE[kind], len(samples)
+    distance, count = DISTANCE[kind], len(samples)
     costs = [torch.zeros_like(weights[0]) for _ in range(count)]
     for i in range(count):
         for j in range(i + 1, count):
@@ -340,7 +336,7 @@ def test_the_robust_mean_starts_from_each_pixels_medoid_whichever_way_its_distan
     fused = robust_mean(kind, samples, weights, scale=0.5, iterations=0)
     expected = _from_the_gathered_medoid(kind, samples, weights, 0.5)
     if kind == "unit_vectors":
-        expected = expected / _chord(expected, torch.zeros_like(expected))
+        expected = expected / chord(expected, torch.zeros_like(expected))
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
 
 
@@ -503,7 +499,7 @@ def test_a_sample_straddling_an_edge_of_its_frame_loses_its_weight_one_on_a_slop
     normals[0, 4:], normals[2, 4:] = tilt, -(1 - tilt**2).sqrt()
     flow = torch.zeros(8, 16, 2)
     flow[..., 0] = 0.4
-    sample, certainty = warp_with_certainty(normals, sampling_grid(flow), _chord, 0.18)
+    sample, certainty = warp_with_certainty(normals, sampling_grid(flow), chord, 0.18)
 
     assert certainty[1, 7] < 0.05  # 0.6 of the left face, 0.4 of the right: a chord of 0.48
     assert (certainty[1, :7] == 1).all() and (certainty[1, 8:] == 1).all()

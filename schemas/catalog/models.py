@@ -265,7 +265,7 @@ class OutputCheckpoint(Base):
 class OutputSource(Base):
     """The outputs an output was made from, when it was made from outputs rather than by a
     model: a stabilised frame's pass from the per-frame version's outputs of that pass in
-    its window of frames (`tasks.stabilise_worker`)."""
+    its window of frames (`tasks.stabilise.worker`)."""
 
     __tablename__ = "output_sources"
 

@@ -3,7 +3,7 @@ the fusion run on the worker's device, the flow on the host either way).
 
 A 6-frame per-frame version (tiny UNTRAINED models on the GPU; every pass in the EXR: relative
 depth from Sapiens v1, the rest from Sapiens2), then the same chunk stabilised twice by
-``tasks.stabilise_worker`` through ``process_chunk``, as a worker runs it: once with the
+``tasks.stabilise.worker`` through ``process_chunk``, as a worker runs it: once with the
 worker's device set to the CPU, once to CUDA, each into a version of its own. Every frame of
 both is done and recorded with the device that fused it, and every EXR channel agrees within
 float rounding (a few half ulps) but at a few stray pixels (``STRAYS``) and, in a channel that
@@ -27,7 +27,7 @@ from schemas import passes as pass_table
 from schemas.spec import parse_spec
 from tasks.chunk_worker import process_chunk
 from tasks.frame_records import read_frame_record
-from tasks.temporal_fusion import METHOD as FUSION_METHOD
+from tasks.stabilise.settings import METHOD as FUSION_METHOD
 from tests.cuda import CUDA
 from tests.shot_helpers import SMALL, small_chunk_job, spec_data
 

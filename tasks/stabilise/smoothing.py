@@ -21,7 +21,7 @@ assignment minimising the median keypoint distance relative to the person's size
 beyond ``match_share``), and a person is followed outward from the frame through those
 matches. A frame's output keeps its own person order, its scores, and its NaN (no person)
 rows; keypoints NaN in the frame stay NaN. A hole in the frame numbers or a cut (``push(...,
-cut=True)``) closes the chain, as for the dense passes.
+cut=True)``) closes the chain, as for the dense passes (``tasks.stabilise.window``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from tasks.stabilise.weights import gaussian
+from tasks.stabilise.window import Window
 
 _RIDGE = 1e-6  # keeps every fit solvable (see _solve)
 
@@ -71,8 +74,7 @@ class KeypointSmoother:
 
     def __init__(self, settings: SmoothingSettings = DEFAULT_SMOOTHING) -> None:
         self.settings = settings
-        self._window: list[_Frame] = []
-        self._pending = 0
+        self._window: Window[_Frame] = Window(settings.radius)
 
     def push(
         self, frame: int, people: np.ndarray, cut: bool = False
@@ -83,11 +85,10 @@ class KeypointSmoother:
         people = np.asarray(people, dtype=np.float64)
         if people.ndim != 3 or people.shape[2] != 3:
             raise ValueError(f"frame {frame}: people must be (P, K, 3), got {people.shape}")
-        if self._window and frame <= self._window[-1].frame:
-            raise ValueError(f"frame {frame} pushed after frame {self._window[-1].frame}")
+        self._window.check_order(frame)
         out: list[tuple[int, np.ndarray]] = []
         entry = _Frame(frame, people)
-        previous = self._window[-1] if self._window else None
+        previous = self._window.last
         if previous is not None and (cut or frame != previous.frame + 1):
             out += self.flush()
         elif previous is not None:
@@ -98,33 +99,23 @@ class KeypointSmoother:
                 if j >= 0:
                     backward[j] = i
             entry.previous_match = backward
-        self._window.append(entry)
+        self._window.frames.append(entry)
         out += self._ready(closing=False)
-        drop = max(0, self._pending - self.settings.radius)
-        if drop:
-            del self._window[:drop]
-            self._pending -= drop
+        self._window.release(closing=False)
         return out
 
     def flush(self) -> list[tuple[int, np.ndarray]]:
         """The frames not returned yet."""
         out = self._ready(closing=True)
-        self._window = []
-        self._pending = 0
+        self._window.release(closing=True)
         return out
 
     def _ready(self, closing: bool) -> list[tuple[int, np.ndarray]]:
-        out = []
-        while self._pending < len(self._window):
-            centre = self._window[self._pending]
-            if not closing and self._window[-1].frame < centre.frame + self.settings.radius:
-                break
-            out.append((centre.frame, self._smooth(self._pending)))
-            self._pending += 1
-        return out
+        frames = self._window.frames
+        return [(frames[i].frame, self._smooth(i)) for i in self._window.ready(closing)]
 
     def _smooth(self, index: int) -> np.ndarray:
-        centre = self._window[index]
+        centre = self._window.frames[index]
         out = centre.people.copy()
         for person in range(len(centre.people)):
             if not np.isfinite(centre.people[person, :, :2]).any():
@@ -139,19 +130,20 @@ class KeypointSmoother:
 
     def _track(self, index: int, person: int) -> list[tuple[int, np.ndarray]]:
         """(frame offset, the person's (K, 3)) in the window, followed through the matches."""
-        track = [(0, self._window[index].people[person])]
+        window = self._window.frames
+        track = [(0, window[index].people[person])]
         for step, attribute in ((1, "next_match"), (-1, "previous_match")):
             at, who = index, person
             for distance in range(1, self.settings.radius + 1):
-                matches = getattr(self._window[at], attribute)
+                matches = getattr(window[at], attribute)
                 there = at + step
-                if matches is None or there < 0 or there >= len(self._window):
+                if matches is None or there < 0 or there >= len(window):
                     break
                 who = int(matches[who])
                 if who < 0:
                     break
                 at = there
-                track.append((step * distance, self._window[at].people[who]))
+                track.append((step * distance, window[at].people[who]))
         return track
 
 
@@ -164,7 +156,7 @@ def fit_keypoints(
     finite = np.isfinite(xy).all(axis=2)
     score = np.where(finite, np.nan_to_num(samples[..., 2], nan=0.0).clip(0.0, 1.0), 0.0)
     xy = np.where(finite[..., None], xy, 0.0)
-    kernel = np.exp(-0.5 * (times / settings.temporal_sigma) ** 2)
+    kernel = gaussian(times, settings.temporal_sigma)
     base = score * kernel[:, None]  # (n, K)
     degree = min(settings.degree, len(np.unique(times)) - 1)
     design = times[:, None] ** np.arange(degree + 1)[None, :]  # (n, D)
@@ -179,7 +171,7 @@ def fit_keypoints(
     for _ in range(settings.iterations):
         predicted = np.einsum("nd,kdc->nkc", design, fit)
         residual = np.linalg.norm(xy - predicted, axis=2)
-        weights = base * np.exp(-0.5 * (residual / scale) ** 2)
+        weights = base * gaussian(residual, scale)
         fit = _solve(design, xy, weights, centre)
     return fit[:, 0, :]
 

@@ -1,16 +1,18 @@
 """A chunk of a stabilised version: a per-frame version's passes fused over time along the
 plate's motion, written as a new version's frames.
 
-Runs inside a Dask worker, like `tasks.chunk_worker` (which hands it the chunks of a
-stabilised job): no model runs. Frames stream through in order, from ``radius`` frames
-before the chunk to ``radius`` after it (`ChunkJob.margin`: read for context, not written),
-each one: its plate read and checked against the checksum the source version recorded for it
-(a plate changed since is refused by name), its passes read back from the source version
-(`tasks.version_reading`), pushed into the stabiliser (`tasks.temporal_fusion`: flow on the
-host, warps and fusion on the device) and the keypoint smoother. A frame whose window is
-complete comes out fused and is finished like a model's output (`tasks.frame_passes`: the
-labels, Cryptomatte and `parts` mattes from the fused class probabilities) and written by the
-same writer (`tasks.frame_writing`). Memory holds the window, never the chunk.
+Runs inside a Dask worker, like `tasks.chunk_worker` (which runs and summarises the chunks
+of a stabilised job with this runner): no model runs. Frames stream through in order, from
+``radius`` frames before the chunk to ``radius`` after it (`ChunkJob.margin`: read for
+context, not written), each one: its plate read and checked against the checksum the source
+version recorded for it (a plate changed since is refused by name), its passes read back from
+the source version (`tasks.version_reading`), pushed into the stabiliser
+(`tasks.stabilise.stabiliser`: flow on the host, warps and fusion on the device, each pass by
+its rule in the pass table) and the keypoint smoother (`tasks.stabilise.smoothing`). A frame
+whose window is complete comes out fused and is finished like a model's output
+(`tasks.frame_passes`: the labels, Cryptomatte and `parts` mattes from the fused class
+probabilities) and written by the same writer (`tasks.frame_writing`). Memory holds the
+window, never the chunk.
 
 A frame that cannot be read (plate or source) fails alone and breaks the chain there, as a
 hole does: nothing is fused across it.
@@ -19,7 +21,6 @@ hole does: nothing is fused across it.
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from schemas import passes as pass_table
 from schemas.spec import ShotSpec
-from schemas.summaries import ChunkContext, ChunkSummary, FrameSummary
+from schemas.summaries import ChunkContext, FrameSummary
 from storage.errors import FrameError
 from storage.pose_json import fragment_uri
 from storage.zarr_store import KEYPOINTS
@@ -51,33 +52,17 @@ from tasks.frame_reading import FrameReader, ReadFrame, failed
 from tasks.frame_writing import FrameWriter
 from tasks.model_cache import pick_device
 from tasks.provenance import chunk_context, environment
-from tasks.temporal_fusion import FusionSettings, StabilisedFrame, TemporalStabiliser
+from tasks.stabilise.settings import FusionSettings
+from tasks.stabilise.stabiliser import StabilisedFrame, TemporalStabiliser
 from tasks.version_reading import VersionFrame, read_version_frame
 
 log = logging.getLogger("svfx.worker")
 
-# How each pass is fused: its values kind, except the `parts` mattes when seg is fused too
-# (then made from the fused class probabilities, like the model's).
-_FUSED_AS = {"class_groups": "alpha"}
-_NOT_FUSED = ("keypoints", "motion")
 
-
-def fused_kinds(passes: Sequence[str]) -> dict[str, str]:
-    """Pass -> the kind the stabiliser fuses it as, for the dense passes of ``passes``."""
-    labelled = pass_table.first_of_kind(passes, "labels")
-    kinds = {}
-    for name in passes:
-        spec = pass_table.BY_NAME[name]
-        if spec.values in _NOT_FUSED or (spec.values == "class_groups" and labelled):
-            continue
-        kinds[name] = _FUSED_AS.get(spec.values, spec.values)
-    return kinds
-
-
-def stabilise_chunk(job: ChunkJob) -> ChunkSummary:
-    """Stabilise the chunk's frames; never raises for a bad frame (it is recorded)."""
+def stabilising(job: ChunkJob) -> Stabilising:
+    """The runner of a stabilised version's chunk: its ``run`` stabilises the chunk's frames
+    and never raises for a bad frame (it is recorded)."""
     assert job.source is not None, "a stabilise chunk names its source version"
-    start = time.perf_counter()
     spec = ShotSpec.model_validate(job.spec)
     device = pick_device()
     colour = ColourConversion(job.plate_colorspace)
@@ -87,14 +72,7 @@ def stabilise_chunk(job: ChunkJob) -> ChunkSummary:
         environment(device, torch.float32),
         {"temporal_radius": spec.temporal_radius, "device": str(device)},
     )
-    runner = _Stabilising(job, spec, device, colour, context)
-    try:
-        summary = context.summary(runner.run(), job.index)
-    finally:
-        runner.store.close()
-    summary.wall_s = time.perf_counter() - start
-    summary.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return summary
+    return Stabilising(job, spec, device, colour, context)
 
 
 @dataclass
@@ -107,7 +85,9 @@ class _Ready:
         return self.arrays
 
 
-class _Stabilising:
+class Stabilising:
+    """A stabilised version's chunk: its frames read, fused and written (see the module)."""
+
     def __init__(
         self,
         job: ChunkJob,
@@ -117,10 +97,10 @@ class _Stabilising:
         context: ChunkContext,
     ) -> None:
         assert job.source is not None
-        self.job, self.spec, self.device = job, spec, device
+        self.job, self.spec, self.device, self.context = job, spec, device, context
         self.source = job.source
         self.classes = seg_class_names(job.checkpoints)
-        self.kinds = fused_kinds(spec.passes)
+        self.kinds = pass_table.fusion_rules(spec.passes)
         self.store = ShotStoreWriter(job.paths.at(job.paths.zarr))
         shas = [ref.sha256 for ref in job.checkpoints.values()]
         self.reader = FrameReader(spec, colour, job.frame_hw, shas, plate=job.plate)
@@ -149,7 +129,7 @@ class _Stabilising:
         )
         self.smoother = None
         if self.posed:
-            from tasks.keypoint_smoothing import KeypointSmoother
+            from tasks.stabilise.smoothing import KeypointSmoother
 
             self.smoother = KeypointSmoother()
         self.keypoint_count = keypoints
@@ -264,15 +244,13 @@ class _Stabilising:
         preview_hw = preview_hw_of(read.plate) if self.spec.previews else None
         width = read.plate.width
         arrays: dict[str, Tensor] = {}
-        labelled = pass_table.first_of_kind(self.spec.passes, "labels")
         for name in self.spec.passes:
             spec = pass_table.BY_NAME[name]
-            if spec.values in _NOT_FUSED:
+            if spec.fusion is None:
                 continue
-            if spec.values == "class_groups" and labelled:
-                values = out.passes[labelled]  # the fused class probabilities
-            else:
-                values = out.passes[name]
+            # a pass not fused itself is made again from the fused pass it is made from
+            # (parts: from the fused class probabilities)
+            values = out.passes[name if name in out.passes else pass_table.made_from(name)]
             if spec.values in ("relative_depth", "class_groups") and name in out.passes:
                 arrays.update(_as_stored(spec, values, preview_hw))
                 continue
