@@ -67,68 +67,19 @@ class JobLifecycle(CatalogTransactions):
         frames = sorted(set(plate.frames))
         if not frames:
             raise ValueError(f"plate {plate.pattern} lists no frames; there is nothing to run")
-        uris = uris or {}
         now = m.utcnow()
         span = sorted(set(frames) | set(plate.holes))
         root = normalise_uri(output_root) if output_root else None
-        plate_values = {
-            "first_frame": min(span),
-            "last_frame": max(span),
-            "width": plate.width,
-            "height": plate.height,
-            "data_window": list(plate.data_window),
-            "display_window": list(plate.display_window),
-            "pixel_aspect": float(plate.pixel_aspect),
-            "colorspace": plate.colorspace,
-            "colorspace_guessed": bool(plate.colorspace_guessed),
-            "updated_at": now,
-        }
 
         def work(conn: Connection) -> int:
-            show_id = get_id(conn, SHOWS, {"name": spec.show})
-            sequence_id = get_id(conn, SEQUENCES, {"show_id": show_id, "name": spec.sequence})
-            shot_id = get_id(
-                conn, SHOTS, {"sequence_id": sequence_id, "name": spec.shot}, created_at=now
-            )
-            # one registration per shot at a time (SQLite: BEGIN IMMEDIATE already is)
-            conn.execute(select(SHOTS.c.id).where(SHOTS.c.id == shot_id).with_for_update())
-            mine = conn.execute(  # this very registration, committed by a failed attempt
-                select(JOBS.c.id).where(
-                    JOBS.c.shot_id == shot_id,
-                    JOBS.c.created_at == now,
-                    JOBS.c.submitter == spec.submitter,
-                )
-            ).scalar()
+            shot_id = _locked_shot(conn, spec, now)
+            mine = _registered_before(conn, shot_id, spec.submitter, now)
             if mine is not None:
-                return int(mine)
+                return mine
             if root is not None:
                 _settle_running_jobs(conn, spec, root, now, lease_s)
-            ins = insert_for(conn, PLATES).values(
-                shot_id=shot_id,
-                pattern=normalise_uri(plate.pattern),
-                created_at=now,
-                **plate_values,
-            )
-            ins = ins.on_conflict_do_update(
-                index_elements=["shot_id", "pattern"],
-                set_={key: ins.excluded[key] for key in plate_values},
-            )
-            plate_id = conn.execute(ins.returning(PLATES.c.id)).scalar_one()
-            upsert_plate_frames(
-                conn,
-                (
-                    {
-                        "plate_id": plate_id,
-                        "frame": frame,
-                        "uri": normalise_uri(uris.get(frame, "")),
-                        "size_bytes": plate.fingerprints.get(frame, (None, None))[0],
-                        "fingerprint": plate.fingerprints.get(frame, (None, None))[1],
-                        "sha256": None,
-                        "updated_at": now,
-                    }
-                    for frame in frames
-                ),
-            )
+            plate_id = _upsert_plate(conn, shot_id, plate, span, now)
+            _upsert_frames(conn, plate_id, plate, frames, uris or {}, now)
             job = JOBS.insert().values(
                 shot_id=shot_id,
                 plate_id=plate_id,
@@ -202,6 +153,82 @@ class JobLifecycle(CatalogTransactions):
             lambda conn: [dict(r._mapping) for r in conn.execute(stmt)],
             f"looking for running jobs on {output_root or 'any output folder'}",
         )
+
+
+def _locked_shot(conn: Connection, spec: ShotSpec, now: datetime) -> int:
+    """The spec's shot id (its show, sequence and shot added when new), the shot's row locked
+    so that one registration per shot runs at a time (SQLite: BEGIN IMMEDIATE already is)."""
+    show_id = get_id(conn, SHOWS, {"name": spec.show})
+    sequence_id = get_id(conn, SEQUENCES, {"show_id": show_id, "name": spec.sequence})
+    shot_id = get_id(conn, SHOTS, {"sequence_id": sequence_id, "name": spec.shot}, created_at=now)
+    conn.execute(select(SHOTS.c.id).where(SHOTS.c.id == shot_id).with_for_update())
+    return shot_id
+
+
+def _registered_before(conn: Connection, shot_id: int, submitter: str, now: datetime) -> int | None:
+    """The job this very registration added in an attempt that committed and then failed
+    (same shot, submitter and time), so that a retry returns it rather than adding another."""
+    mine = conn.execute(
+        select(JOBS.c.id).where(
+            JOBS.c.shot_id == shot_id,
+            JOBS.c.created_at == now,
+            JOBS.c.submitter == submitter,
+        )
+    ).scalar()
+    return None if mine is None else int(mine)
+
+
+def _upsert_plate(
+    conn: Connection, shot_id: int, plate: PlateInfo, span: list[int], now: datetime
+) -> int:
+    """The plate's id, its row added or brought up to date (its range is ``span``: the
+    frames and the holes between them)."""
+    values = {
+        "first_frame": min(span),
+        "last_frame": max(span),
+        "width": plate.width,
+        "height": plate.height,
+        "data_window": list(plate.data_window),
+        "display_window": list(plate.display_window),
+        "pixel_aspect": float(plate.pixel_aspect),
+        "colorspace": plate.colorspace,
+        "colorspace_guessed": bool(plate.colorspace_guessed),
+        "updated_at": now,
+    }
+    ins = insert_for(conn, PLATES).values(
+        shot_id=shot_id, pattern=normalise_uri(plate.pattern), created_at=now, **values
+    )
+    ins = ins.on_conflict_do_update(
+        index_elements=["shot_id", "pattern"], set_={key: ins.excluded[key] for key in values}
+    )
+    return int(conn.execute(ins.returning(PLATES.c.id)).scalar_one())
+
+
+def _upsert_frames(
+    conn: Connection,
+    plate_id: int,
+    plate: PlateInfo,
+    frames: list[int],
+    uris: Mapping[int, str],
+    now: datetime,
+) -> None:
+    """The plate's frames, each with its URI when known ('' until a chunk records it) and
+    its size and fingerprint."""
+    upsert_plate_frames(
+        conn,
+        (
+            {
+                "plate_id": plate_id,
+                "frame": frame,
+                "uri": normalise_uri(uris.get(frame, "")),
+                "size_bytes": plate.fingerprints.get(frame, (None, None))[0],
+                "fingerprint": plate.fingerprints.get(frame, (None, None))[1],
+                "sha256": None,
+                "updated_at": now,
+            }
+            for frame in frames
+        ),
+    )
 
 
 def _settle_running_jobs(
