@@ -21,6 +21,7 @@ expects (``sapiens.keypoints.FLIP_INDICES``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -102,6 +103,50 @@ class GateScene:
         return self.points[2]
 
 
+# A draw of torch's generator in [low, high)
+Uniform = Callable[[float, float], float]
+
+
+@dataclass(frozen=True)
+class _Figure:
+    """The figure placed on the plate: each part's segment ends (P, 2) and radius (P,) in
+    pixels, float32; ``scale`` pixels per figure unit; its keypoints (308, 2), float64."""
+
+    a: Tensor
+    b: Tensor
+    radii: Tensor
+    scale: float
+    keypoints: Tensor
+
+
+@dataclass(frozen=True)
+class _Look:
+    """What a scene draws besides the figure's pose: the camera's distances, the light and
+    the colours."""
+
+    distance_m: float  # the figure's midline from the camera
+    wall: float  # the background plane on the optical axis
+    tilt: float  # its slope: Z = wall + tilt * Y
+    light: Tensor  # (3,) unit, towards the light
+    ambient: float
+    colours: Tensor  # (4, 3): skin, shirt, trousers, hair
+    background_colours: Tensor  # (2, 3): the background's two colours
+    ripple: tuple[float, float, float]  # the background's wave between them
+
+
+@dataclass(frozen=True)
+class _Body:
+    """The figure's pixels: ``offset`` (P, H, W, 2) from each part's nearest segment point,
+    ``alpha`` (H, W) coverage, ``front`` (P, H, W) each part's weight where parts overlap,
+    ``bulge`` (H, W) the surface's height in pixels and ``normal`` (3, H, W) its normals."""
+
+    offset: Tensor
+    alpha: Tensor
+    front: Tensor
+    bulge: Tensor
+    normal: Tensor
+
+
 def make_scene(seed: int, hw: tuple[int, int] = HW) -> GateScene:
     """The scene of ``seed``: the same tensors on every machine (torch's CPU generator)."""
     gen = torch.Generator().manual_seed(seed)
@@ -109,6 +154,40 @@ def make_scene(seed: int, hw: tuple[int, int] = HW) -> GateScene:
     def uniform(low: float, high: float) -> float:
         return low + (high - low) * float(torch.rand((), generator=gen, dtype=torch.float64))
 
+    height, width = hw
+    figure = _placed_figure(uniform, hw)  # the draws come in this order: the figure first
+    look = _drawn_look(uniform)
+    ys = torch.arange(height, dtype=torch.float32)[:, None].expand(height, width)
+    xs = torch.arange(width, dtype=torch.float32)[None, :].expand(height, width)
+    body = _body(figure, xs, ys)
+    alpha = body.alpha
+    points, normals, wall_normal = _camera_space(look, body, xs, ys)
+    person_albedo, wall_albedo, hair = _albedos(look, figure, body, xs, ys)
+    albedo = alpha * person_albedo + (1.0 - alpha) * wall_albedo
+
+    def shade(n: Tensor) -> Tensor:
+        lambert = (n * look.light[:, None, None]).sum(0).clamp_min(0.0)
+        return look.ambient + (1.0 - look.ambient) * lambert
+
+    person_colour = (person_albedo * shade(body.normal)).clamp(0.0, 1.0)
+    wall_colour = wall_albedo * shade(wall_normal[:, None, None].expand(3, height, width))
+    plate = (alpha * person_colour + (1.0 - alpha) * wall_colour).clamp(0.0, 1.0)
+    return GateScene(
+        plate=plate.float(),
+        alpha=alpha.float(),
+        normals=normals.float(),
+        points=points.float(),
+        albedo=albedo.clamp(0.0, 1.0).float(),
+        foreground=person_colour.float(),
+        labels=_labels(body, hair),
+        keypoints=figure.keypoints.float(),
+        box=_box(alpha),
+    )
+
+
+def _placed_figure(uniform: Uniform, hw: tuple[int, int]) -> _Figure:
+    """The figure's pose (limbs spread, a lean), then its size and place on the plate: as
+    large as a margin of the plate allows, give or take."""
     height, width = hw
     ends = _limb_ends(uniform(0.15, 1.0), uniform(-0.1, 0.5), uniform(0.03, 0.25))
     lean = uniform(-0.25, 0.25)
@@ -129,95 +208,112 @@ def make_scene(seed: int, hw: tuple[int, int] = HW) -> GateScene:
     origin = torch.tensor([cx, cy], dtype=torch.float64)
     a, b = a * scale + origin, b * scale + origin
     keypoints = _keypoints(a, b, radii, rotation)
-    a, b, radii = a.float(), b.float(), radii.float()  # per pixel, float32 is plenty
+    # per pixel, float32 is plenty
+    return _Figure(a=a.float(), b=b.float(), radii=radii.float(), scale=scale, keypoints=keypoints)
 
-    distance_m = uniform(2.5, 4.5)  # the figure's midline from the camera
-    wall = distance_m + uniform(1.0, 3.0)  # the background plane on the optical axis
-    tilt = uniform(-0.5, 0.5)  # its slope: Z = wall + tilt * Y
+
+def _drawn_look(uniform: Uniform) -> _Look:
+    """The camera's distances, the light and the colours of a scene, drawn in this order."""
+    distance_m = uniform(2.5, 4.5)
+    wall = distance_m + uniform(1.0, 3.0)
+    tilt = uniform(-0.5, 0.5)
     light = torch.tensor([uniform(-0.7, 0.7), uniform(-0.7, 0.3), -1.0], dtype=torch.float64)
-    light = (light / light.norm()).float()
     ambient = uniform(0.25, 0.45)
     colours = torch.tensor([[uniform(0.1, 0.95) for _ in range(3)] for _ in range(4)])
     background_colours = torch.tensor([[uniform(0.05, 0.9) for _ in range(3)] for _ in range(2)])
     ripple = (uniform(1.0, 3.0), uniform(1.0, 3.0), uniform(0.0, 6.3))
+    return _Look(
+        distance_m=distance_m,
+        wall=wall,
+        tilt=tilt,
+        light=(light / light.norm()).float(),
+        ambient=ambient,
+        colours=colours,
+        background_colours=background_colours,
+        ripple=ripple,
+    )
 
-    ys = torch.arange(height, dtype=torch.float32)[:, None].expand(height, width)
-    xs = torch.arange(width, dtype=torch.float32)[None, :].expand(height, width)
+
+def _body(figure: _Figure, xs: Tensor, ys: Tensor) -> _Body:
+    """Each part's nearest segment point, distance and coverage; the figure's surface: each
+    part a tube of round section (its height over the segment), the front-most part winning
+    softly, the whole height field smoothed; normals from it."""
+    a, b = figure.a, figure.b
     pixel = torch.stack([xs, ys], dim=-1)  # (H, W, 2), pixel centres
-    # Each part's nearest segment point, distance and coverage
     ab = b - a
     t = ((pixel[None] - a[:, None, None]) * ab[:, None, None]).sum(-1)
     t = (t / (ab * ab).sum(-1).clamp_min(1e-9)[:, None, None]).clamp(0.0, 1.0)
     nearest = a[:, None, None] + t[..., None] * ab[:, None, None]
     offset = pixel[None] - nearest  # (P, H, W, 2)
     dist = _length(offset[..., 0], offset[..., 1])
-    r = radii[:, None, None]
+    r = figure.radii[:, None, None]
     coverage = torch.sigmoid((r - dist) / EDGE_PX)
     alpha = 1.0 - torch.prod(1.0 - coverage, dim=0)
-    # The figure's surface: each part a tube of round section (its height over the segment),
-    # the front-most part winning softly, the whole height field smoothed; normals from it.
     bulge = (r * r - dist * dist).clamp_min(0.0).sqrt()
     front = torch.softmax((bulge + 4.0 * (coverage - 1.0) * r) / _SOFTNESS_PX, dim=0)
     front = front * (coverage > 1e-4)
     front = front / front.sum(0, keepdim=True).clamp_min(1e-12)
-    person_bulge = _blurred((front * bulge).sum(0), SMOOTHING * scale)
+    person_bulge = _blurred((front * bulge).sum(0), SMOOTHING * figure.scale)
     slope_y, slope_x = torch.gradient(person_bulge)
     relief = STEEPEST / _length(slope_x, slope_y).amax().clamp_min(1e-6)  # rounder than a blur
     person_bulge, slope_x, slope_y = person_bulge * relief, slope_x * relief, slope_y * relief
     person_normal = torch.stack([-slope_x, -slope_y, -torch.ones_like(slope_x)])
     person_normal = person_normal / _length(*person_normal)
+    return _Body(offset=offset, alpha=alpha, front=front, bulge=person_bulge, normal=person_normal)
 
-    # Background plane Z = wall + tilt * Y through the pixel's ray: Y = (v - cy) Z / f
+
+def _camera_space(look: _Look, body: _Body, xs: Tensor, ys: Tensor) -> tuple[Tensor, ...]:
+    """The pointmap (3, H, W) and normals (3, H, W) of the figure over the background plane,
+    and the plane's normal (3,). The plane Z = wall + tilt * Y through the pixel's ray:
+    Y = (v - cy) Z / f."""
+    height, width = xs.shape
     focal = FOCAL * height / HW[0]
     ray_x = (xs + 0.5 - width / 2) / focal
     ray_y = (ys + 0.5 - height / 2) / focal
-    wall_z = wall / (1.0 - tilt * ray_y).clamp_min(0.2)
-    wall_normal = torch.tensor([0.0, tilt, -1.0]) / math.hypot(tilt, 1.0)
-    person_z = distance_m - person_bulge * distance_m / focal
+    wall_z = look.wall / (1.0 - look.tilt * ray_y).clamp_min(0.2)
+    wall_normal = torch.tensor([0.0, look.tilt, -1.0]) / math.hypot(look.tilt, 1.0)
+    person_z = look.distance_m - body.bulge * look.distance_m / focal
+    alpha = body.alpha
     z = alpha * person_z + (1.0 - alpha) * wall_z
     points = torch.stack([ray_x * z, ray_y * z, z])
-    normals = alpha * person_normal + (1.0 - alpha) * wall_normal[:, None, None]
+    normals = alpha * body.normal + (1.0 - alpha) * wall_normal[:, None, None]
     normals = normals / _length(*normals).clamp_min(1e-9)
+    return points, normals, wall_normal
 
-    # Albedo: flat part colours (hair on the head's upper half) over a smooth background
+
+def _albedos(
+    look: _Look, figure: _Figure, body: _Body, xs: Tensor, ys: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The figure's albedo (3, H, W), flat part colours with hair on the head's upper half;
+    the background's (3, H, W), a smooth wave between two colours; the hair's weight (H, W)."""
+    height, width = xs.shape
     head = _PART_INDEX["head"]
-    hair = (offset[head, ..., 1] < -0.15 * radii[head]).float() * front[head]
-    part_albedo = colours[[p.colour for p in _PARTS]]  # (P, 3)
-    person_albedo = torch.einsum("phw,pc->chw", front, part_albedo)
-    person_albedo += hair[None] * (colours[_HAIR] - part_albedo[head])[:, None, None]
+    hair = (body.offset[head, ..., 1] < -0.15 * figure.radii[head]).float() * body.front[head]
+    part_albedo = look.colours[[p.colour for p in _PARTS]]  # (P, 3)
+    person_albedo = torch.einsum("phw,pc->chw", body.front, part_albedo)
+    person_albedo += hair[None] * (look.colours[_HAIR] - part_albedo[head])[:, None, None]
+    ripple = look.ripple
     along = 0.5 + 0.5 * torch.sin(ripple[0] * xs / width + ripple[1] * ys / height + ripple[2])
-    bg0, bg1 = background_colours
+    bg0, bg1 = look.background_colours
     wall_albedo = bg0[:, None, None] + (bg1 - bg0)[:, None, None] * along[None]
-    albedo = alpha * person_albedo + (1.0 - alpha) * wall_albedo
+    return person_albedo, wall_albedo, hair
 
-    def shade(n: Tensor) -> Tensor:
-        lambert = (n * light[:, None, None]).sum(0).clamp_min(0.0)
-        return ambient + (1.0 - ambient) * lambert
 
-    person_colour = (person_albedo * shade(person_normal)).clamp(0.0, 1.0)
-    wall_colour = wall_albedo * shade(wall_normal[:, None, None].expand(3, height, width))
-    plate = (alpha * person_colour + (1.0 - alpha) * wall_colour).clamp(0.0, 1.0)
-
+def _labels(body: _Body, hair: Tensor) -> Tensor:
+    """(H, W) Sapiens2 classes: the front-most part's, hair where the hair weighs most,
+    background where the figure covers less than half the pixel."""
     part_labels = torch.tensor([SEG_CLASSES.index(p.label) for p in _PARTS])
-    labels = part_labels[front.argmax(0)]
+    labels = part_labels[body.front.argmax(0)]
     labels = torch.where(hair > 0.5, HAIR_LABEL, labels)
-    labels = torch.where(alpha >= 0.5, labels, 0)
+    return torch.where(body.alpha >= 0.5, labels, 0)
 
+
+def _box(alpha: Tensor) -> Tensor:
+    """(4,) x1, y1, x2, y2: the pixel edges around the pixels the figure covers at least half."""
     rows = torch.nonzero((alpha >= 0.5).any(1)).squeeze(1)
     cols = torch.nonzero((alpha >= 0.5).any(0)).squeeze(1)
-    box = torch.tensor(
+    return torch.tensor(
         [cols[0] - 0.5, rows[0] - 0.5, cols[-1] + 0.5, rows[-1] + 0.5], dtype=torch.float32
-    )
-    return GateScene(
-        plate=plate.float(),
-        alpha=alpha.float(),
-        normals=normals.float(),
-        points=points.float(),
-        albedo=albedo.clamp(0.0, 1.0).float(),
-        foreground=person_colour.float(),
-        labels=labels,
-        keypoints=keypoints.float(),
-        box=box,
     )
 
 
