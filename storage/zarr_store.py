@@ -175,6 +175,8 @@ def _create_in(
     overwrite: bool,
     seg_classes: list[str] | None = None,
 ) -> None:
+    """The shot's group and arrays in ``store``; nothing when the same layout with the same
+    frames is there, a StorageError for another layout unless ``overwrite``."""
     frames_per_shard = int(layout["frames_per_shard"])
     if not overwrite:
         existing = _existing_layout(store)
@@ -189,6 +191,32 @@ def _create_in(
     attributes = dict(layout)
     attributes["provenance"] = dict(provenance)
     group = zarr.create_group(store, overwrite=True, attributes=attributes, zarr_format=3)
+    count = len(frame_numbers)
+    _create_frame_arrays(group, frame_numbers, frames_per_shard)
+    sizes = _sizes(layout)
+    for spec in arrays:
+        trailing = tuple(sizes[d] if isinstance(d, str) else d for d in spec.trailing)
+        array_attributes: dict[str, Any] = {"content": spec.content}
+        if spec.class_names and seg_classes is not None:
+            array_attributes["class_names"] = seg_classes
+        group.create_array(
+            spec.name,
+            shape=(count, *trailing),
+            dtype=spec.dtype,
+            chunks=(1, *trailing),
+            shards=(min(frames_per_shard, count), *trailing),
+            compressors=[ZARR_COMPRESSOR],
+            fill_value=spec.fill,
+            dimension_names=spec.dims,
+            attributes=array_attributes,
+        )
+
+
+def _create_frame_arrays(
+    group: zarr.Group, frame_numbers: list[int], frames_per_shard: int
+) -> None:
+    """The store's frame numbers (one per index) and its commit keys (zero: no frame is
+    claimed yet)."""
     count = len(frame_numbers)
     frame_array = group.create_array(
         FRAME_ARRAY,
@@ -210,23 +238,6 @@ def _create_in(
         fill_value=0,
         dimension_names=("frame", "digest"),
     )
-    sizes = _sizes(layout)
-    for spec in arrays:
-        trailing = tuple(sizes[d] if isinstance(d, str) else d for d in spec.trailing)
-        array_attributes: dict[str, Any] = {"content": spec.content}
-        if spec.class_names and seg_classes is not None:
-            array_attributes["class_names"] = seg_classes
-        group.create_array(
-            spec.name,
-            shape=(count, *trailing),
-            dtype=spec.dtype,
-            chunks=(1, *trailing),
-            shards=(min(frames_per_shard, count), *trailing),
-            compressors=[ZARR_COMPRESSOR],
-            fill_value=spec.fill,
-            dimension_names=spec.dims,
-            attributes=array_attributes,
-        )
 
 
 def _same_layout(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:

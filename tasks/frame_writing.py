@@ -121,23 +121,14 @@ class FrameWriter:
         return [*written, *arrays]
 
     def _write_outputs(self, frame: InferredFrame, attempt: _Attempt) -> None:
+        """Write the frame's outputs in the order that keeps the disk honest: arrays checked,
+        Zarr commit mark zeroed, EXR, Zarr regions, pose fragment, previews, then (with a
+        cache key) the commit mark set and the frame record written."""
         read = frame.read
-        written = attempt.written
-        summary, plate, number = read.summary, read.plate, read.number
+        summary, number = read.summary, read.number
         t0 = time.perf_counter()
         arrays = frame.arrays.wait()
-        bad = [
-            name.removeprefix(NONFINITE_PREFIX)
-            for name, flag in arrays.items()
-            if name.startswith(NONFINITE_PREFIX) and bool(flag)
-        ]
-        if bad:
-            raise FrameError(
-                read.uri,
-                number,
-                f"the model's {', '.join(bad)} output holds NaN or Inf values; "
-                "nothing of this frame was written",
-            )
+        _refuse_nonfinite(read.uri, number, arrays)
         index = self.store_index[number]
         attempt.retracted = True
         with writing(self.paths.zarr, number), self.zarr_lock:
@@ -149,33 +140,68 @@ class FrameWriter:
         }
         parts, blocks = exr_parts_and_zarr_blocks(self.passes, arrays, colour)
         key = summary.cache_key or ""
-        records: list[OutputRecord] = []
-        if parts:
-            exr_uri = self.paths.exr(number)
-            with writing(exr_uri, number):
-                exr = write_passes_exr(
-                    self.paths.at(exr_uri),
-                    plate,
-                    self.layers,
-                    parts,
-                    self.provenance,
-                    class_names=self.class_names,
-                    scene_linear_id=self.colour.albedo_interop_id,
-                    layout=self.spec.exr_layout,
-                )
-            written.append(exr.uri)
-            for layer in (layer for layer in self.layers if layer.part in parts):
-                spec = pass_table.pass_of_part(layer.part)
-                records.append(
-                    OutputRecord(
-                        spec.name, number, "exr", exr.uri, exr.sha256, exr.size,
-                        self._recorded_shape(spec, plate.height, plate.width), layer.dtype,
-                        layer.part, key,
-                    )
-                )  # fmt: skip
+        records = self._write_exr(frame, parts, key, attempt.written)
         t1 = time.perf_counter()
         for spec in (p for p in self.passes if p.values == "keypoints"):
             blocks[spec.name] = frame.people
+        records += self._write_zarr(number, index, blocks, key)
+        t2 = time.perf_counter()
+        records += self._write_pose(frame, key, attempt.written)
+        if self.spec.previews:
+            records.extend(self._previews(frame, arrays, key, attempt.written))
+        summary.outputs = records
+        summary.timings["write_exr"] = t1 - t0
+        summary.timings["write_zarr"] = t2 - t1
+        summary.timings["write_other"] = time.perf_counter() - t2
+        if key:  # every output is on disk: the store may claim the frame, then the record
+            with writing(self.paths.zarr, number), self.zarr_lock:
+                self.store.commit(index, key)
+            record = self.paths.frame_record(number)
+            with writing(record, number):
+                write_frame_record(self.paths.at(record), summary, self.context)
+
+    def _write_exr(
+        self,
+        frame: InferredFrame,
+        parts: dict[str, dict[str, np.ndarray]],
+        key: str,
+        written: list[str],
+    ) -> list[OutputRecord]:
+        """The frame's EXR (none without parts) and a record per layer written in it."""
+        if not parts:
+            return []
+        number, plate = frame.read.number, frame.read.plate
+        exr_uri = self.paths.exr(number)
+        with writing(exr_uri, number):
+            exr = write_passes_exr(
+                self.paths.at(exr_uri),
+                plate,
+                self.layers,
+                parts,
+                self.provenance,
+                class_names=self.class_names,
+                scene_linear_id=self.colour.albedo_interop_id,
+                layout=self.spec.exr_layout,
+            )
+        written.append(exr.uri)
+        records = []
+        for layer in (layer for layer in self.layers if layer.part in parts):
+            spec = pass_table.pass_of_part(layer.part)
+            records.append(
+                OutputRecord(
+                    spec.name, number, "exr", exr.uri, exr.sha256, exr.size,
+                    self._recorded_shape(spec, plate.height, plate.width), layer.dtype,
+                    layer.part, key,
+                )
+            )  # fmt: skip
+        return records
+
+    def _write_zarr(
+        self, number: int, index: int, blocks: dict[str, np.ndarray], key: str
+    ) -> list[OutputRecord]:
+        """The frame's region of each Zarr array and a record per region, its sha256 that of
+        exactly the bytes stored."""
+        records = []
         for name, block in self.store.prepare_frame(index, blocks).items():
             with writing(self.store.array_uri(name), number), self.zarr_lock:
                 self.store.write_prepared(index, {name: block})
@@ -187,7 +213,12 @@ class FrameWriter:
                     tuple(region.shape), str(region.dtype), None, key,
                 )
             )  # fmt: skip
-        t2 = time.perf_counter()
+        return records
+
+    def _write_pose(self, frame: InferredFrame, key: str, written: list[str]) -> list[OutputRecord]:
+        """The frame's pose fragment (one per pass with a pose side file) and its record."""
+        number = frame.read.number
+        records = []
         for spec in (p for p in self.passes if p.side_file == "pose_json"):
             fragments = self.paths.pose_fragments
             with writing(f"{fragments}/{number}", number):
@@ -199,18 +230,7 @@ class FrameWriter:
                     (len(frame.people), self.keypoints, 3), "json", None, key,
                 )
             )  # fmt: skip
-        if self.spec.previews:
-            records.extend(self._previews(frame, arrays, key, written))
-        summary.outputs = records
-        summary.timings["write_exr"] = t1 - t0
-        summary.timings["write_zarr"] = t2 - t1
-        summary.timings["write_other"] = time.perf_counter() - t2
-        if key:  # every output is on disk: the store may claim the frame, then the record
-            with writing(self.paths.zarr, number), self.zarr_lock:
-                self.store.commit(index, key)
-            record = self.paths.frame_record(number)
-            with writing(record, number):
-                write_frame_record(self.paths.at(record), summary, self.context)
+        return records
 
     def _scene_linear(self, values: np.ndarray) -> np.ndarray:
         if self.colour_is_scene_linear:
@@ -264,6 +284,23 @@ class FrameWriter:
                 )
             )  # fmt: skip
         return records
+
+
+def _refuse_nonfinite(uri: str, number: int, arrays: dict[str, np.ndarray]) -> None:
+    """A FrameError naming the passes the model made NaN or Inf (their flags among the
+    frame's arrays), before anything of the frame is written."""
+    bad = [
+        name.removeprefix(NONFINITE_PREFIX)
+        for name, flag in arrays.items()
+        if name.startswith(NONFINITE_PREFIX) and bool(flag)
+    ]
+    if bad:
+        raise FrameError(
+            uri,
+            number,
+            f"the model's {', '.join(bad)} output holds NaN or Inf values; "
+            "nothing of this frame was written",
+        )
 
 
 def exr_parts_and_zarr_blocks(

@@ -91,6 +91,10 @@ _COLOURS = {  # backdrop tile colours (0xRRGGBBAA): the Reads', then each pass's
 }
 
 
+Groups = Sequence[tuple[str, Sequence[str]]]  # (pass, its node names), in the graph's order
+Positions = dict[str, tuple[int, int]]  # node name -> (x, y) in the Node Graph
+
+
 @dataclass(frozen=True)
 class ExrLayer:
     """One Nuke layer of the shot's EXR: the part and pass it comes from, its channels."""
@@ -166,26 +170,12 @@ def build_shot_script(
     labels = {name: _group_label(name, colorspace) for name, _ in groups}
     positions = _positions(groups, {name: _label_width(label) for name, label in labels.items()})
     reads = _reads(paths, groups, positions, first, last, fmt, colorspace)
-    by_layer = {f"Shuffle_{layer.layer}": layer for layer in layers}
-    layer_nodes: list[NukeNode] = []
-    for pass_name, names in groups:
-        colour = pass_table.BY_NAME[pass_name].scene_linear
-        source = f"Read_{pass_name}" if colour else "Read_data"
-        for name in names:
-            if crypto is not None and name == _CRYPTO_NODE:
-                layer_nodes.append(_cryptomatte(positions[name], source, crypto[1]))
-            elif name.startswith(_VECTOR_BLUR):
-                layer = by_layer[name.replace(_VECTOR_BLUR, "Shuffle_", 1)]
-                layer_nodes.append(_vector_blur(name, layer, positions[name], source))
-            else:
-                layer_nodes.append(_shuffle(name, by_layer[name], positions[name], source))
-
+    layer_nodes = _layer_nodes(groups, layers, positions, crypto)
     read_boxes = [((_x(read), _y(read)), READ_SIZE) for read in reads]
     backdrops = [_backdrop("Backdrop_read", _reads_label(paths, frames), "read", read_boxes)]
     for pass_name, names in groups:
         boxes = [(positions[name], NODE_SIZE) for name in names]
         backdrops.append(_backdrop(f"Backdrop_{pass_name}", labels[pass_name], pass_name, boxes))
-
     root: dict[str, KnobValue] = {
         "frame": first,
         "first_frame": first,
@@ -205,6 +195,27 @@ def build_shot_script(
         nodes.append(read)
         nodes.extend(node for node in layer_nodes if node.inputs == (read.name,))
     return NukeScript(root=root, nodes=tuple(nodes), comments=comments)
+
+
+def _layer_nodes(
+    groups: Groups, layers: Sequence[ExrLayer], positions: Positions, crypto: tuple[str, str] | None
+) -> list[NukeNode]:
+    """The node of each name in ``groups``: the Cryptomatte node, a motion layer's
+    VectorBlur or a layer's Shuffle, each fed by its pass's Read (Read_data for data)."""
+    by_layer = {f"Shuffle_{layer.layer}": layer for layer in layers}
+    nodes: list[NukeNode] = []
+    for pass_name, names in groups:
+        colour = pass_table.BY_NAME[pass_name].scene_linear
+        source = f"Read_{pass_name}" if colour else "Read_data"
+        for name in names:
+            if crypto is not None and name == _CRYPTO_NODE:
+                nodes.append(_cryptomatte(positions[name], source, crypto[1]))
+            elif name.startswith(_VECTOR_BLUR):
+                layer = by_layer[name.replace(_VECTOR_BLUR, "Shuffle_", 1)]
+                nodes.append(_vector_blur(name, layer, positions[name], source))
+            else:
+                nodes.append(_shuffle(name, by_layer[name], positions[name], source))
+    return nodes
 
 
 class ShotImage(TypedDict, total=False):
@@ -241,8 +252,8 @@ _VECTOR_BLUR = "VectorBlur_"  # a motion layer's VectorBlur: VectorBlur_<layer>
 
 def _reads(
     paths: ShotOutputPaths,
-    groups: Sequence[tuple[str, Sequence[str]]],
-    positions: dict[str, tuple[int, int]],
+    groups: Groups,
+    positions: Positions,
     first: int,
     last: int,
     fmt: str,
@@ -392,11 +403,9 @@ def _groups(
     return [(name, groups[name]) for name in pass_table.PASS_NAMES if name in groups]
 
 
-def _positions(
-    groups: Sequence[tuple[str, Sequence[str]]], label_widths: dict[str, int]
-) -> dict[str, tuple[int, int]]:
+def _positions(groups: Groups, label_widths: dict[str, int]) -> Positions:
     """One row of groups, each as wide as its nodes or its backdrop label, whichever is more."""
-    positions: dict[str, tuple[int, int]] = {}
+    positions: Positions = {}
     left = -PAD  # backdrop edge of the group being placed
     for group, names in groups:
         for index, name in enumerate(names):
