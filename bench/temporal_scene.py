@@ -24,17 +24,13 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from schemas.passes import fusion_rules
+
 CLASSES = 29  # Sapiens2's seg class count
 KEYPOINTS = 15
 PEOPLE = 3  # rows of the pose array: the figure, a second person, a padding row (NaN)
-PASS_KINDS = {
-    "normal": "unit_vectors",
-    "pointmap": "points",
-    "depth": "relative_depth",
-    "albedo": "colour",
-    "matte": "alpha",
-    "seg": "labels",
-}
+# The shot's dense passes -> the rule each is fused by (the pass table's)
+PASS_KINDS = fusion_rules(("normal", "pointmap", "depth", "albedo", "matte", "seg"))
 # Frames (indices into the shot) where one pass is far off, per pass; and the label swaps.
 BAD = {"normal": (10, 30), "pointmap": (14, 36), "depth": (12,), "albedo": (20, 41),
        "matte": (25, 40), "seg": (17,)}  # fmt: skip
