@@ -128,6 +128,8 @@ def _run(
     window: int,
     on_chunk: Callable[[ChunkSummary], None] | None,
 ) -> None:
+    """The registered job's run: its store, the work to do, the chunks, the shot-level files
+    and QC, then the job closed (and published when complete)."""
     job_id = result.job_id
     provenance = store_provenance(plan, job_id, flow_run_id)
     create_store(plan, provenance)
@@ -140,7 +142,34 @@ def _run(
             "changed while the run was being decided); submit again"
         )
 
-    recorder = ChunkRecorder(catalog, job_id)
+    _run_chunks(catalog, client, work, result, window, on_chunk)
+    finished = sorted(result.done + result.skipped + result.adopted)
+    if finished:
+        qc = None
+        if client is not None and _qc_due(plan, catalog, job_id, result):
+            qc = _start_qc(plan, client, finished)
+        result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
+        if qc is not None:
+            _record_qc(plan, catalog, job_id, qc, result)
+    result.status = final_status(result)
+    message = outcome_message(result)
+    catalog.finish_job(job_id, result.status, message)
+    if result.status == "complete":  # SVFX_PUBLISH: to the tracker; never fails the job
+        result.extras.update(publish_completed(catalog, job_id))
+    _emit(result, "finished", message)
+
+
+def _run_chunks(
+    catalog: Catalog,
+    client: Client | None,
+    work: Work,
+    result: ShotResult,
+    window: int,
+    on_chunk: Callable[[ChunkSummary], None] | None,
+) -> None:
+    """Dispatch the work's chunks in a bounded window (none without a client) and record
+    each chunk's summary in the catalog as it lands."""
+    recorder = ChunkRecorder(catalog, result.job_id)
     stopping = threading.Event()
     summaries: Iterator[ChunkSummary] = iter(())
     if client is not None and work.jobs:
@@ -167,21 +196,6 @@ def _run(
         for _ in summaries:
             pass
         raise
-
-    finished = sorted(result.done + result.skipped + result.adopted)
-    if finished:
-        qc = None
-        if client is not None and _qc_due(plan, catalog, job_id, result):
-            qc = _start_qc(plan, client, finished)
-        result.extras = _finalize(plan, client, provenance, finished, bool(result.done))
-        if qc is not None:
-            _record_qc(plan, catalog, job_id, qc, result)
-    result.status = final_status(result)
-    message = outcome_message(result)
-    catalog.finish_job(job_id, result.status, message)
-    if result.status == "complete":  # SVFX_PUBLISH: to the tracker; never fails the job
-        result.extras.update(publish_completed(catalog, job_id))
-    _emit(result, "finished", message)
 
 
 def _record_work(catalog: Catalog, job_id: int, work: Work, result: ShotResult) -> None:
