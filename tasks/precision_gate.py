@@ -37,8 +37,8 @@ from sapiens.seg_classes import SEG_CLASSES
 from schemas.passes import BY_NAME, derived_from
 from storage.cryptomatte import class_ids
 from storage.previews import SHOWN_KEYPOINT_SCORE
-from tasks.dtypes import dtype_word
 from tasks.checkpoints.caches import JsonFileCache
+from tasks.dtypes import dtype_word
 from tasks.frame_passes import ID_SUFFIX, RANKS_SUFFIX, finish_pass
 from tasks.gate_models import GATE_TASKS, WEIGHTS_DIR, gate_model_files, load_gate_models
 from tasks.precision_gate_scene import GATE_SEEDS, GateScene, make_scene
