@@ -4,6 +4,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# `make test` runs the suite on pytest-xdist workers, whole modules each (their module-scoped
+# servers and clusters are built once), the modules with `slow` tests first (tests/conftest.py);
+# TEST_WORKERS=0 runs it in this one process, as plain pytest does.
+TEST_WORKERS ?= 2
 
 .PHONY: venv test lint format docs demo bench gpu-kit kitsu-venv clean
 
@@ -19,7 +23,7 @@ venv: $(VENV)/.installed
 test: venv docs
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

@@ -10,6 +10,7 @@ PostgreSQL parameters fail (CI has a server) instead of being skipped.
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -49,9 +50,11 @@ def pg_admin() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def pg_database_url() -> Iterator[str]:
-    """A database ``test_<uuid>`` for this session, dropped at the end."""
+    """A database ``test_<xdist worker>_<uuid>`` for this session (each pytest-xdist worker is
+    a session of its own, so each has its own database), dropped at the end."""
     user, admin = pg_admin()
-    name = f"test_{uuid.uuid4().hex}"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"test_{worker}_{uuid.uuid4().hex}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:

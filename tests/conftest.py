@@ -45,6 +45,23 @@ _environment_restored_after_each_module = pytest.fixture(autouse=True, scope="mo
 )
 
 
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers (`make test`: ``--dist loadfile --no-loadscope-reorder`` hands
+    each worker whole modules, in collection order): the modules with a test marked ``slow``
+    (a server, a cluster, real processes for minutes) are collected first, so that none is
+    started last while the other workers sit idle. Every worker sorts alike, as xdist needs;
+    the order within a module, and outside xdist, is left as it was."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = {_module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _module(item) not in slow)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 for the whole session, with dummy credentials."""

@@ -44,7 +44,8 @@ def throwaway_database(prefix: str, extensions: Sequence[str] = ()) -> Iterator[
     """A new database ``<prefix>_<random>`` with ``extensions`` created in it, dropped after
     (connections still open are closed by the drop); yields (user, database name)."""
     user, admin = pg_admin()
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # which pytest-xdist worker made it
+    name = f"{prefix}_{worker}_{uuid.uuid4().hex[:12]}"
     ident = sql.Identifier(name)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
