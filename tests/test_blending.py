@@ -53,6 +53,7 @@ CASES += [(size, "seg") for size in SIZES[:5]]
 
 
 @pytest.mark.parametrize(("size", "pass_name"), CASES)
+@pytest.mark.slow
 def test_identity_model_round_trip_is_bit_exact(size, pass_name):
     image = _test_image(*size)
     plan = plan_frame(*size, pass_name)

@@ -88,6 +88,7 @@ def _fresh_database(pg: PgServer, name: str) -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}/{name}"
 
 
+@pytest.mark.slow
 def test_a_postgres_restart_mid_shot_loses_no_frame(home, client, pg, quick_during_shot):
     url = _fresh_database(pg, "restart_mid_shot")
     settings = settings_for(home, catalog_url=url)

@@ -37,6 +37,7 @@ def shot(tmp_path_factory):
     return job, first, second
 
 
+@pytest.mark.slow
 def test_good_frames_are_done_and_bad_ones_fail_alone_with_reasons(shot):
     _, summary, _ = shot
     status = {f.frame: f.status for f in summary.frames}

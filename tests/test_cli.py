@@ -290,6 +290,7 @@ def submitted(shot_home, prefect_api, dask_address) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_submit_runs_the_shot(submitted):
     result = submitted["cli"]
     assert result.exit_code == 0, why(result)

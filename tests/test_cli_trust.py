@@ -164,6 +164,7 @@ def _wait_for(condition: Any, timeout: float, proc: subprocess.Popen[str]) -> No
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_a_killed_submit_leaves_nothing_behind_and_the_resubmit_redoes_only_the_rest(tmp_path):
     plate = make_plate(tmp_path / "plates", frames=10)
     first = _svfx(tmp_path, *_submit_args(plate, tmp_path))
@@ -190,6 +191,7 @@ def test_a_killed_submit_leaves_nothing_behind_and_the_resubmit_redoes_only_the_
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_two_identical_submits_compute_each_frame_once(tmp_path):
     plate = make_plate(tmp_path / "plates", frames=6)
     first = _svfx(tmp_path, *_submit_args(plate, tmp_path))

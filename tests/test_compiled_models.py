@@ -66,6 +66,7 @@ def _run(cache: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_a_corrupt_compiled_code_cache_is_rebuilt_not_a_crash(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = _run(cache)

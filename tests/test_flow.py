@@ -57,6 +57,7 @@ def _sha(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster):
     from flows.process_shot import process_shot
 

@@ -65,6 +65,7 @@ def _pixels(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.int16)
 
 
+@pytest.mark.slow
 def test_a_shot_published_to_kitsu_read_back_with_gazu(shot, kitsu, gazu_admin, tmp_path) -> None:
     import gazu
 

@@ -272,6 +272,7 @@ def test_svfx_workers_register_with_their_names(loopback):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_shot_submitted_with_svfx_dask_address_runs_on_those_workers(
     loopback, prefect_api, tmp_path, monkeypatch
 ):

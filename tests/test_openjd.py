@@ -72,6 +72,7 @@ def test_the_template_is_valid_openjd_and_embeds_the_spec(tmp_path, monkeypatch)
     assert not any(k in template.read_text() for k in ("AWS_SECRET", "SVFX_CATALOG_URL"))
 
 
+@pytest.mark.slow
 def test_openjd_run_workers_and_shot_until_the_shot_completes(tmp_path, monkeypatch) -> None:
     template, env = _template(tmp_path, monkeypatch)
     openjd = _openjd()

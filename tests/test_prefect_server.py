@@ -267,6 +267,7 @@ def job_of(serving: Served, run_id: UUID) -> dict[str, Any]:
 
 
 # -- a. a shot through the served deployment --------------------------------------------------
+@pytest.mark.slow
 def test_a_shot_submitted_to_the_deployment_completes_with_its_artifacts(served: Served) -> None:
     """What a studio's tools do: create a run of `process-shot/process-shot` with the spec as
     its parameter, and watch it in Prefect."""

@@ -107,6 +107,7 @@ def _every_frame_stored(zarr_uri: str) -> bool:
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_resubmit_redoes_exactly_what_was_lost(shot, what, damage, frames):
     _home, submit, paths = shot
     damage(paths)

@@ -93,6 +93,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_shot_with_plate_and_outputs_on_s3(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -63,6 +63,7 @@ class DeletingSubmitter(InlineSubmitter):
         return super().submit(spec, reason=reason)
 
 
+@pytest.mark.slow
 def test_a_watched_bucket_through_five_scans(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -56,6 +56,7 @@ def _channels(path: str) -> dict[str, np.ndarray]:
         return {n: np.array(c.pixels) for part in exr.parts for n, c in part.channels.items()}
 
 
+@pytest.mark.slow
 def test_the_stabilised_version_lies_beside_the_per_frame_one(shot):
     _home, _settings, _catalog, _spec, plan, per_frame, stable = shot
     assert stable.status == "complete", stable.failed
