@@ -1,7 +1,7 @@
 """End to end on a LocalCluster of two worker processes, tiny UNTRAINED models:
 
-- every pass of a 12-frame shot through the Prefect flow; outputs read back; catalog rows
-  consistent with the files;
+- every pass of a 6-frame shot (two chunks) through the Prefect flow; outputs read back;
+  catalog rows consistent with the files;
 - the same spec again does no model work;
 - a corrupt frame gives `partial` with that frame named;
 - a worker killed with SIGKILL mid-shot still gives every frame exactly once.
@@ -58,33 +58,33 @@ def _sha(path: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster):
+def test_a_6_frame_shot_through_the_flow_then_again(home, prefect_api, cluster):
     from flows.process_shot import process_shot
 
     local, _ = cluster
-    pattern = make_plate(home / "plates", frames=12)
+    pattern = make_plate(home / "plates", frames=6)  # two chunks (chunk_frames 4)
     spec = spec_data(pattern, home / "out", review_clips=True)
     result = process_shot(spec, local.scheduler_address)
 
     assert result["status"] == "complete", result["failed"]
-    assert sorted(result["done"]) == list(range(1001, 1013))
+    assert sorted(result["done"]) == list(range(1001, 1007))
     exrs = sorted(Path(result["output_root"]).glob("*.exr"))
-    assert len(exrs) == 12
+    assert len(exrs) == 6
     with OpenEXR.File(str(exrs[5])) as f:
         assert [p.name() for p in f.parts] == ["N", "P", "albedo", "matte", "CryptoBodyPart", "seg"]
         assert f.parts[1].channels["depth.Z"].pixels.dtype == np.float32
         assert f.parts[2].header["colorInteropID"] == "lin_rec709_scene"  # the plate's space
     store = open_shot_store(result["zarr"])
-    assert list(store["frame"][:]) == list(range(1001, 1013))
+    assert list(store["frame"][:]) == list(range(1001, 1007))
     assert not np.isnan(store["normal"][:].astype(np.float32)).any()  # every frame written
     pose = read_pose_json(result["extras"]["pose_json"])
-    assert len(pose["frames"]) == 12
+    assert len(pose["frames"]) == 6
     assert Path(result["extras"]["contact_sheet_normal"]).is_file()
     assert Path(result["extras"]["review_clip_seg"]).is_file()
     script = parse(Path(result["extras"]["nuke_script"]).read_text())  # beside the EXRs
     read = script.node("Read_data")
     assert tcl_unliteral(read.knobs["file"]) == result["exr_pattern"]
-    assert (read.knobs["first"], read.knobs["last"], read.knobs["raw"]) == ("1001", "1012", "true")
+    assert (read.knobs["first"], read.knobs["last"], read.knobs["raw"]) == ("1001", "1006", "true")
     assert script.node("Cryptomatte_BodyPart").knobs["cryptoLayer"] == "CryptoBodyPart"
 
     catalog = open_catalog(f"sqlite:///{home / 'catalog.db'}")
@@ -94,19 +94,19 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
     by_file = {}
     for row in outputs:
         by_file.setdefault(row["uri"], set()).add(row["sha256"])
-    assert len(by_file) == 12
+    assert len(by_file) == 6
     for uri, shas in by_file.items():  # the catalog's checksum is the file's
         assert shas == {_sha(uri)}
     coverage = queries.shots_page(catalog.engine, show="demo")[0]
     assert coverage[0]["passes"] == {
-        p: 12 for p in ("albedo", "matte", "normal", "pointmap", "pose", "seg")
+        p: 6 for p in ("albedo", "matte", "normal", "pointmap", "pose", "seg")
     }
     provenance = queries.output_provenance(catalog.engine, str(exrs[0]))
     assert provenance is not None
     scores = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")  # temporal QC
     scored = {(s["pass_name"], s["frame"]) for s in scores}
     assert scored == {
-        (p, f) for p in ("normal", "pointmap", "albedo", "matte", "seg") for f in range(1001, 1013)
+        (p, f) for p in ("normal", "pointmap", "albedo", "matte", "seg") for f in range(1001, 1007)
     }
     assert all(s["flicker"] > 0 and s["preview_id"] is not None for s in scores)
     assert set(result["flagged"]) <= {"normal", "pointmap", "albedo", "matte", "seg"}
@@ -117,7 +117,7 @@ def test_a_12_frame_shot_through_the_flow_then_again(home, prefect_api, cluster)
 
     again = process_shot(spec, local.scheduler_address)
     assert again["status"] == "complete"
-    assert again["done"] == [] and len(again["skipped"]) == 12
+    assert again["done"] == [] and len(again["skipped"]) == 6
     assert again["chunks"] == 0 and again["model_s"] == 0  # no model work at all
     rescored = queries.flicker_scores(catalog.engine, "demo", "sq010", "sh010")
     assert {(s["pass_name"], s["frame"]) for s in rescored} == scored  # its QC ran again
