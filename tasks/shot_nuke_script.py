@@ -3,40 +3,8 @@ read with the right frame range and colour handling, shuffled out under its name
 Cryptomatte node on the body-part layer, grouped on backdrops. Open it and the passes are
 there; nothing needs wiring by hand.
 
-Choices, and why:
-
-- Reads: the EXR sequence is read twice at most. Data layers (N, P, depth, matte, seg and the
-  Cryptomatte ranks) come through a Read with ``raw true``: no colour transform may touch
-  them. Albedo is colour, scene-linear in the working space the chunk worker converted it to
-  (`tasks.colour.ColourConversion.working_space`), so it gets its own Read of the same files
-  with that space as ``colorspace``: one Read cannot be both raw and colour-managed.
-  ``on_error checkerboard``: a frame that failed (or a hole in the range) shows as a
-  checkerboard instead of stopping the comp or passing for black data.
-- Shuffles: the legacy ``Shuffle`` class (knobs ``in``, ``out``, ``red``/``green``/``blue``/
-  ``alpha``), not Nuke 12.1's ``Shuffle2``. Nuke keeps loading the legacy class for old
-  scripts, and its knobs name input positions (``red`` = the layer's first channel) as they
-  have since long before 12.1 (e.g. Psyop/Cryptomatte nuke/Cryptomatte.gizmo). Shuffle2 saves
-  its routing as a ``mappings`` string of per-channel indices that Foundry does not document;
-  a wrong index would route the wrong channel without an error. A one-channel layer (depth,
-  matte, seg) goes to all of rgba so it is visible; a three-channel layer to rgb, alpha black.
-- Cryptomatte: Nuke's native node (Nuke 13+), knob ``cryptoLayer``: the native plug-in maps it
-  to its ``lastSelectedCryptoLayerName`` and selects that layer (Foundry NDK example
-  CryptomattePlugin.cpp, ``addObsoleteKnobs``); the Psyop gizmo, under the same class name,
-  reads ``cryptoLayer`` and ``cryptoLayerLock`` directly (nuke/Cryptomatte.gizmo).
-- Not yet opened in Nuke itself: that a one-channel layer is the Shuffle's first position, and
-  that the albedo Read's ``colorspace`` reaches the ``albedo`` layer (Nuke may apply a Read's
-  transform to rgba only; then albedo arrives as written, in its working space) are to check.
-- Paths are written as the output paths give them, local or ``s3://``; Nuke cannot read S3, so an
-  S3 script says so on its Read backdrop (sync or mount the files, then repath).
-- Layers come from the EXR writer itself (`storage.exr_writer.part_channels`), so the script
-  follows the file if a part's channels change. The motion part's channels form Nuke's own
-  `motion` layer (`forward.u forward.v backward.u backward.v`, one layer of its built-in
-  set, not two named by their prefixes): its Shuffle routes them to rgba to look at, and a
-  ``VectorBlur2`` (Nuke 10's VectorBlur; knobs ``uv``, ``scale``, as in Foundry's reference
-  guide and scripts Unreal's docs give) reads ``uv motion`` from the data Read, disabled
-  (the passes' Read has nothing to blur: a compositor copies the motion layer into the
-  element's stream and enables it), ``scale 0.5``: a 180-degree shutter, half a frame of
-  the per-frame vectors.
+Why each node is the one it is (raw and colour-managed Reads, the legacy Shuffle, the
+native Cryptomatte node, S3 paths, the motion layer's VectorBlur): docs/design/nuke-script.md.
 """
 
 from __future__ import annotations
