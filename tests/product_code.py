@@ -1,13 +1,24 @@
 """The product's modules, as the house rules on code see them (tests/test_code_size.py,
-tests/test_code_notes.py): the product packages, the catalog's migrations (generated
-history) aside."""
+tests/test_code_notes.py): the product packages and the deployment recipes' scripts under
+infra/ (shipped and run as they are), the catalog's migrations (generated history) aside."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "sapiens", "storage", "schemas", "tasks", "publish", "flows", "api", "cli")
+PACKAGES = (
+    "core",
+    "sapiens",
+    "storage",
+    "schemas",
+    "tasks",
+    "publish",
+    "flows",
+    "api",
+    "cli",
+    "infra",
+)
 EXEMPT = (Path("schemas/catalog/migrations"),)
 
 

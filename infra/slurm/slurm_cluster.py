@@ -83,6 +83,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Start a Dask scheduler here and sapiens-vfx GPU workers as Slurm jobs.",
     )
     slurm = parser.add_argument_group("Slurm job (one GPU, one Dask worker per job)")
+    _add_job_resources(slurm)
+    _add_job_settings(slurm)
+    _add_worker_options(parser.add_argument_group("worker environment"))
+    _add_scheduler_options(parser.add_argument_group("scheduler (runs in this process)"))
+    _add_run_options(parser.add_argument_group("run"))
+    options = parser.parse_args(argv)
+    _check(parser, options)
+    return options
+
+
+def _add_job_resources(slurm: argparse._ArgumentGroup) -> None:
+    """Where a job runs and what it asks Slurm for."""
     slurm.add_argument(
         "--queue", default=_env("SVFX_SLURM_QUEUE"), help="partition (SVFX_SLURM_QUEUE)"
     )
@@ -120,6 +132,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="1: each job asks for --gres and its worker offers GPU=1; 0: CPU-only workers, "
         "no --gres and no GPU resource (SVFX_SLURM_GPUS_PER_JOB, default 1)",
     )
+
+
+def _add_job_settings(slurm: argparse._ArgumentGroup) -> None:
+    """The job's name, extra directives and logs."""
     slurm.add_argument(
         "--job-name", default=_env("SVFX_SLURM_JOB_NAME", "svfx-gpu"), help="job name"
     )
@@ -136,7 +152,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where job stdout/stderr go (SVFX_SLURM_LOG_DIRECTORY)",
     )
 
-    worker = parser.add_argument_group("worker environment")
+
+def _add_worker_options(worker: argparse._ArgumentGroup) -> None:
+    """What each job's worker runs in."""
     worker.add_argument(
         "--venv",
         default=_env("SVFX_VENV", _env("VIRTUAL_ENV")),
@@ -168,7 +186,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="extra variable exported in each job, repeatable (no secrets)",
     )
 
-    sched = parser.add_argument_group("scheduler (runs in this process)")
+
+def _add_scheduler_options(sched: argparse._ArgumentGroup) -> None:
     sched.add_argument(
         "--interface",
         default=_env("SVFX_SLURM_INTERFACE"),
@@ -177,7 +196,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     sched.add_argument("--scheduler-port", type=int, default=8786, help="default 8786")
     sched.add_argument("--dashboard-address", default=":8787", help="default :8787")
 
-    run = parser.add_argument_group("run")
+
+def _add_run_options(run: argparse._ArgumentGroup) -> None:
     run.add_argument(
         "--jobs",
         type=int,
@@ -199,7 +219,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--print-job-script", action="store_true", help="print the job script and exit"
     )
 
-    options = parser.parse_args(argv)
+
+def _check(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
+    """Refuse, as argparse does (exit 2), what the cluster cannot run."""
     if options.jobs < 0 or (options.adapt_max is not None and options.adapt_max < options.jobs):
         parser.error("need 0 <= --jobs <= --adapt-max")
     if options.gpus_per_job not in (0, 1):
@@ -212,7 +234,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"--gres {options.gres!r}: one GPU per job (gpu:1 or gpu:TYPE:1); each job runs "
             "one Dask worker with GPU=1, so more GPUs per job would sit idle"
         )
-    return options
 
 
 def _env_values(options: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
