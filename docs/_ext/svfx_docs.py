@@ -59,9 +59,8 @@ def _code(values: Iterable[object]) -> str:
 def _fused_as(p: Any) -> str:
     """How a stabilised version fuses the pass: the rule of its kind of values, the keypoint
     smoother for pose, else not at all."""
-    rule = getattr(p, "fusion", None)
-    if rule:
-        return f"`{rule}`"
+    if p.fusion:
+        return f"`{p.fusion}`"
     return "keypoint smoother" if p.values == "keypoints" else "not fused"
 
 
