@@ -247,6 +247,8 @@ class Output(Base):
     # how that score was made (tasks.temporal_qc.METHOD); NULL for scores recorded before
     # methods were, which compared each pass where the pixels are
     flicker_method: Mapped[str | None] = mapped_column(String(32))
+    # the deletion that removed its file (NULL: on disk); the row stays for provenance
+    deletion_id: Mapped[int | None] = mapped_column(ForeignKey("deletions.id"), index=True)
 
 
 class OutputCheckpoint(Base):
@@ -275,6 +277,26 @@ class OutputSource(Base):
     source_output_id: Mapped[int] = mapped_column(
         ForeignKey("outputs.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+
+
+class Deletion(Base):
+    """A version of a shot deleted from disk (`tasks.deletion`): its folder, who asked and
+    why, when it started and finished (NULL: a delete that was stopped half way, finished by
+    running it again), and what it freed. The version's output rows stay, each pointing here,
+    so provenance can still name what a later version was made from."""
+
+    __tablename__ = "deletions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    shot_id: Mapped[int] = mapped_column(ForeignKey("shots.id", ondelete="CASCADE"), index=True)
+    version: Mapped[str] = mapped_column(String(16))
+    output_root: Mapped[str] = mapped_column(String(2048), index=True)
+    requested_by: Mapped[str] = mapped_column(String(256))
+    reason: Mapped[str] = mapped_column(Text)
+    outputs: Mapped[int] = mapped_column(Integer, default=0)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
 
 
 PUBLISH_STATUSES = ("published", "pending")
