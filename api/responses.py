@@ -203,6 +203,9 @@ class Checkpoint(BaseModel):
 class ProvenanceOutput(Output):
     checkpoints: list[str] = Field(description="sha256 of every checkpoint it depends on")
     provenance_digest: str
+    deleted_at: str | None = Field(
+        None, description="when `svfx delete` (or a prune) removed its file; null: on disk"
+    )
 
 
 class PlateFrame(BaseModel):

@@ -255,6 +255,7 @@ def _upsert_outputs(
                     "created_at": now,
                     "flicker": None,  # a remade output is unscored until the shot's QC
                     "flicker_method": None,
+                    "deletion_id": None,  # a deleted version made again is on disk again
                 }
             )
     rows = dedupe(rows, _OUTPUT_KEY)

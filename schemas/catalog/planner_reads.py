@@ -77,12 +77,12 @@ class PlannerReads(CatalogTransactions):
         uri_prefix: str = "",
         kinds: tuple[str, ...] = OUTPUT_KINDS,
     ) -> dict[tuple[int, str, str], dict[str, Any]]:
-        """(frame, kind, pass) -> the newest output row (uri, size_bytes, sha256, cache_key)
-        under ``uri_prefix`` (one element's and version's folder, when given)."""
+        """(frame, kind, pass) -> the newest output row on disk (uri, size_bytes, sha256,
+        cache_key) under ``uri_prefix`` (one element's and version's folder, when given)."""
         o = OUTPUTS.c
         stmt = select(o.frame, o.kind, o.pass_name, o.uri, o.size_bytes, o.sha256, o.cache_key)
         stmt = with_shot(stmt.select_from(OUTPUTS), o.shot_id, show, sequence, shot)
-        stmt = stmt.where(o.kind.in_(kinds)).order_by(o.created_at, o.id)
+        stmt = stmt.where(o.kind.in_(kinds), o.deletion_id.is_(None)).order_by(o.created_at, o.id)
         if uri_prefix:
             prefix = normalise_uri(uri_prefix.rstrip("/")) + "/"
             stmt = stmt.where(o.uri.startswith(prefix, autoescape=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, or_, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.outputs import output_dict, outputs_select
+from schemas.catalog.queries.outputs import LIVE, output_dict, outputs_select
 from schemas.catalog.queries.paging import Bind, Item, each_row, page
 
 
@@ -32,11 +32,11 @@ def invalidated_page(
     limit: int = 1000,
     offset: int = 0,
 ) -> tuple[list[Item], int]:
-    """Outputs made from a plate frame with this checksum, or with this checkpoint (directly or
-    as an input, e.g. seg for pose), by shot, pass and frame; and the total."""
+    """Outputs on disk made from a plate frame with this checksum, or with this checkpoint
+    (directly or as an input, e.g. seg for pose), by shot, pass and frame; and the total."""
     stmt = (
         outputs_select()
-        .where(_made_from(plate_sha256, checkpoint_sha256))
+        .where(_made_from(plate_sha256, checkpoint_sha256), LIVE)
         .order_by(
             m.Show.name,
             m.Sequence.name,

@@ -35,15 +35,21 @@ OUTPUT_COLUMNS = (
     m.Checkpoint.sha256.label("checkpoint_sha256"),
     m.Output.created_at,
     m.Output.flicker,
+    m.Deletion.started_at.label("deleted_at"),
 )
+
+# An output whose file is on disk: no deletion removed it (its row stays for provenance).
+LIVE = m.Output.deletion_id.is_(None)
 
 
 def outputs_select() -> Select[Any]:
-    """Every output with OUTPUT_COLUMNS (its shot's names, its checkpoint's sha256)."""
+    """Every output with OUTPUT_COLUMNS (its shot's names, its checkpoint's sha256, when a
+    deletion removed its file), deleted ones included: filter on ``LIVE`` for the others."""
     stmt = (
         select(*OUTPUT_COLUMNS)
         .select_from(m.Output)
         .outerjoin(m.Checkpoint, m.Checkpoint.id == m.Output.checkpoint_id)
+        .outerjoin(m.Deletion, m.Deletion.id == m.Output.deletion_id)
     )
     return join_shot(stmt, m.Output.shot_id)
 
@@ -54,6 +60,7 @@ def output_dict(row: Row[Any]) -> Item:
     out.pop("provenance_id")
     out["part"] = out["part"] or None
     out["created_at"] = iso(out["created_at"])
+    out["deleted_at"] = iso(out["deleted_at"])
     return out
 
 
@@ -67,9 +74,9 @@ def outputs_page(
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[list[Item], int]:
-    """Outputs, newest first, of the named show/sequence/shot, pass and kind (None: any),
-    and the total."""
-    stmt = filter_shot(outputs_select(), show, sequence, shot)
+    """Outputs on disk, newest first, of the named show/sequence/shot, pass and kind (None:
+    any), and the total."""
+    stmt = filter_shot(outputs_select().where(LIVE), show, sequence, shot)
     stmt = where_given(stmt, (m.Output.pass_name, pass_name), (m.Output.kind, kind))
     to_items = each_row(output_dict)
     return newest_page(bind, stmt, m.Output.created_at, m.Output.id, to_items, limit, offset)
@@ -100,7 +107,7 @@ def preview_outputs(
         show,
         sequence,
         shot,
-    ).where(m.Output.kind == "preview")
+    ).where(m.Output.kind == "preview", LIVE)
     latest = previews.subquery()
     rank = func.dense_rank().over(partition_by=latest.c.pass_name, order_by=latest.c.frame)
     ranked = (
@@ -118,9 +125,10 @@ def preview_outputs(
 
 
 def output_file(bind: Bind, output_id: int) -> Item | None:
-    """An output's id, kind, URI and sha256 by its catalog id (None when unknown)."""
+    """An output's id, kind, URI and sha256 by its catalog id (None when unknown or its file
+    was deleted)."""
     stmt = select(m.Output.id, m.Output.kind, m.Output.uri, m.Output.sha256).where(
-        m.Output.id == output_id
+        m.Output.id == output_id, LIVE
     )
     with reading(bind) as conn:
         row = conn.execute(stmt).one_or_none()

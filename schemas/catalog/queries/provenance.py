@@ -104,8 +104,10 @@ def _sources(conn: Reader, output_ids: list[int]) -> dict[int, list[Item]]:
             m.Output.pass_name,
             m.Output.kind,
             m.Output.sha256,
+            m.Deletion.started_at.label("deleted_at"),
         )
         .join(m.Output, m.Output.id == m.OutputSource.source_output_id)
+        .outerjoin(m.Deletion, m.Deletion.id == m.Output.deletion_id)
         .where(m.OutputSource.output_id.in_(output_ids))
         .order_by(m.Output.frame, m.Output.kind, m.Output.uri)
     ).all()
@@ -119,6 +121,7 @@ def _sources(conn: Reader, output_ids: list[int]) -> dict[int, list[Item]]:
                 "pass_name": src.pass_name,
                 "kind": src.kind,
                 "sha256": src.sha256,
+                "deleted_at": iso(src.deleted_at),  # None while its file is on disk
             }
         )
     return sources

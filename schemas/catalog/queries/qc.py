@@ -8,7 +8,7 @@ from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from schemas.catalog import models as m
 from schemas.catalog.queries.by_shot import with_shot
-from schemas.catalog.queries.outputs import newest_of_pass_frame
+from schemas.catalog.queries.outputs import LIVE, newest_of_pass_frame
 from schemas.catalog.queries.paging import Bind, Item, reading
 
 DEFAULT_FLICKER_THRESHOLD = 3.0  # schemas.settings.Settings.qc_flicker_threshold's default
@@ -26,7 +26,9 @@ def flagged_frames(bind: Bind, job_ids: list[int], threshold: float) -> dict[int
         .distinct()  # one row per part of the EXR
         .select_from(job)
         .join(out, out.shot_id == job.shot_id)
-        .where(job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, _in_job_folder())
+        .where(
+            job.id.in_(job_ids), out.kind == "exr", out.flicker > threshold, _in_job_folder(), LIVE
+        )
         .order_by(job.id, out.pass_name, out.frame)
     )
     found: dict[int, list[Item]] = {}
@@ -50,6 +52,7 @@ def unscored(bind: Bind, job_id: int, pass_names: Iterable[str], method: str) ->
         .where(
             job.id == job_id,
             out.kind == "exr",
+            LIVE,
             out.pass_name.in_(list(pass_names)),
             or_(out.flicker.is_(None), out.flicker_method.is_distinct_from(method)),
             _in_job_folder(),
@@ -94,7 +97,7 @@ def flicker_scores(
     scored = (
         with_shot(select(*cols), m.Output.shot_id, show, sequence, shot)
         .join(m.Job, m.Job.id == m.Output.job_id)
-        .where(m.Output.kind == "exr", m.Output.flicker.is_not(None))
+        .where(m.Output.kind == "exr", m.Output.flicker.is_not(None), LIVE)
     )
     if pass_name is not None:
         scored = scored.where(m.Output.pass_name == pass_name)
@@ -105,7 +108,7 @@ def flicker_scores(
     previews = (
         with_shot(select(*pcols), m.Output.shot_id, show, sequence, shot)
         .join(m.Job, m.Job.id == m.Output.job_id)
-        .where(m.Output.kind == "preview")
+        .where(m.Output.kind == "preview", LIVE)
     )
     s_ = scored.subquery()
     p_ = previews.subquery()

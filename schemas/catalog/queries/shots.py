@@ -85,7 +85,7 @@ def _coverage(conn: Reader, shots: Sequence[Row[Any]]) -> list[Item]:
     counts = conn.execute(
         select(m.Output.shot_id, m.Output.pass_name, func.count(distinct(m.Output.frame)))
         .where(m.Output.shot_id.in_([r.id for r in shots]))
-        .where(m.Output.kind.in_(("exr", "pose_json")))
+        .where(m.Output.kind.in_(("exr", "pose_json")), m.Output.deletion_id.is_(None))
         .group_by(m.Output.shot_id, m.Output.pass_name)
     )
     for shot_id, pass_name, frames in counts:
