@@ -28,10 +28,14 @@ from schemas.catalog.queries.qc import (
     unscored,
 )
 from schemas.catalog.queries.shots import shot_exists, shot_plates, shots_page, show_names
+from schemas.catalog.queries.usage import LEVELS, scope_exists, usage, version_files
+from schemas.catalog.queries.versions import Version, shot_versions
 
 __all__ = [
     "DEFAULT_FLICKER_THRESHOLD",
+    "LEVELS",
     "Bind",
+    "Version",
     "filter_shot",
     "flagged_frames",
     "flicker_scores",
@@ -54,11 +58,15 @@ __all__ = [
     "preview_outputs",
     "publishes_page",
     "reading",
+    "scope_exists",
     "shot_exists",
     "shot_plates",
+    "shot_versions",
     "shots_page",
     "show_names",
     "unscored",
     "untrained_jobs",
+    "usage",
+    "version_files",
     "with_shot",
 ]
