@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from schemas.catalog import open_catalog, queries
 from schemas.settings import Settings
 
+from . import usage as usage_parts
 from .console import (
     JsonOpt,
     console,
@@ -214,3 +215,39 @@ def catalog_invalidated(
         limit=limit,
     )
     rows_out(rows, ["show", "sequence", "shot", "frame", "pass_name", "kind", "uri"], as_json)
+
+
+@catalog_app.command("usage")
+def catalog_usage(
+    path: Annotated[str | None, typer.Argument(help="SHOW[/SEQ[/SHOT]]")] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(help="show|shot|version|pass (per version and pass); default by the path"),
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="compare each version folder with its storage")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bytes and files the live outputs occupy per show, shot, version folder or pass; with
+    --verify, each version folder's bytes on disk against the catalog's (exit 1 when one
+    differs)."""
+    settings = get_settings()
+    where = usage_parts.scope(path)
+    level, passes = usage_parts.level_of(by, where)
+    bind = engine(settings)
+    if where["show"] is not None and not queries.scope_exists(bind, **where):
+        raise fail(f"usage: the catalog has no shot under {path}")
+    rows = queries.usage(bind, **where, level="version" if verify else level, passes=passes)
+    checks = usage_parts.verify(bind, settings, rows) if verify else []
+    if as_json and not verify:
+        print_json(rows)
+    elif not verify:
+        usage_parts.show_usage(rows, level, passes)
+    elif as_json:
+        print_json({"usage": rows, "verify": [c.as_dict() for c in checks]})
+    else:
+        usage_parts.show_usage(rows, "version", passes)
+        usage_parts.show_checks(checks)
+    if any(c.differs for c in checks):
+        raise typer.Exit(1)
