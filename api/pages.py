@@ -1,6 +1,7 @@
 """Server-rendered pages (Jinja2, inline CSS, no scripts, nothing fetched from elsewhere):
 ``/`` lists shows and shots with per-pass coverage, ``/shots/{show}/{seq}/{shot}`` shows one
-shot's contact sheets, thumbnails, jobs, failed frames and provenance."""
+shot's contact sheets, thumbnails, jobs, failed frames, provenance and what each version
+occupies, ``/usage`` what each show (or each shot of one show) occupies."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from api.known_shot import KnownShot, UnknownShot
 from api.params import Limit, Offset, ShowQuery
 from api.qc_chart import flicker_chart
 from schemas.catalog import queries
+from schemas.catalog.queries.usage import human_bytes
 from schemas.passes import PASS_NAMES
 
 router = APIRouter(include_in_schema=False)
@@ -42,6 +44,7 @@ def _when(value: str | None) -> str:
 
 
 templates.env.filters["when"] = _when
+templates.env.filters["bytes"] = human_bytes
 
 
 def pass_order(names: set[str]) -> list[str]:
@@ -100,12 +103,43 @@ def shot_page(request: Request, ctx: Ctx, shot: KnownShot) -> HTMLResponse:
         "sheets": sheets,
         "provenance": [_provenance_view(p) for p in detail["provenance"]],
         "qc": qc,
+        "usage": _versions(queries.usage(engine, *shot, level="version", passes=True)),
         "charts": {
             name: flicker_chart(name, versions, threshold)
             for name, versions in qc["versions"].items()
         },
     }
     return templates.TemplateResponse(request, "shot.html", context, headers=HEADERS)
+
+
+def _versions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-pass usage rows of a shot grouped by version folder: folder, version, files,
+    size_bytes and its rows (``passes``)."""
+    versions: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        folder = versions.setdefault(
+            row["folder"],
+            {"folder": row["folder"], "version": row["version"], "files": 0, "size_bytes": 0},
+        )
+        folder.setdefault("passes", []).append(row)
+        folder["files"] += row["files"]
+        folder["size_bytes"] += row["size_bytes"]
+    return list(versions.values())
+
+
+@router.get("/usage", response_class=HTMLResponse)
+def usage_page(request: Request, ctx: Ctx, show: ShowQuery = None) -> HTMLResponse:
+    """What the live outputs occupy: per show, or per shot of ``show``."""
+    level = "shot" if show else "show"
+    rows = queries.usage(ctx.engine, show, level=level)
+    context = {
+        "rows": rows,
+        "show": show,
+        "level": level,
+        "total": sum(row["size_bytes"] for row in rows),
+        "files": sum(row["files"] for row in rows),
+    }
+    return templates.TemplateResponse(request, "usage.html", context, headers=HEADERS)
 
 
 async def unknown_shot(request: Request, exc: Exception) -> Response:

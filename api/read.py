@@ -5,9 +5,9 @@ as a bound parameter."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Query
 
 from api import answers
 from api.context import ApiContext, context
@@ -39,6 +39,7 @@ from api.responses import (
     Publish,
     QcReport,
     ShotDetail,
+    Usage,
 )
 from schemas.catalog import queries
 
@@ -46,6 +47,13 @@ router = APIRouter(prefix="/api", responses=INVALID)
 Ctx = Annotated[ApiContext, Depends(context)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem, "description": "unknown"}}
 Route = TypeVar("Route", bound=Callable[..., Any])
+UsageBy = Annotated[
+    Literal["show", "shot", "version", "pass"] | None,
+    Query(
+        description="one item per show, shot, version folder, or pass of a version folder "
+        "(default: by what is named: show, then shot, then version)"
+    ),
+]
 
 
 def _get(
@@ -180,3 +188,35 @@ def search(
     ckpt = checkpoint_sha256.lower() if checkpoint_sha256 else None
     found = queries.invalidated_page(ctx.engine, plate, ckpt, limit=limit, offset=offset)
     return answers.paged(found, limit, offset)
+
+
+@_get(
+    "/usage", "shots", "Bytes and files of the live outputs per show, shot, version, pass", Usage,
+    NOT_FOUND,
+)  # fmt: skip
+def get_usage(
+    ctx: Ctx,
+    show: ShowQuery = None,
+    sequence: SequenceQuery = None,
+    shot: ShotQuery = None,
+    by: UsageBy = None,
+) -> dict[str, Any]:
+    """What the outputs still on disk occupy (deleted versions' rows are not counted), from
+    the catalog: each file once (a multi-part EXR is one file of all its passes, a Zarr
+    array's frame one of its region's uncompressed bytes). A sequence or shot needs the
+    names above it; a scope the catalog has no shot under is a 404."""
+    if (sequence is not None and show is None) or (shot is not None and sequence is None):
+        raise HTTPException(422, "name the show (and the sequence) above a sequence or shot")
+    if show is not None and not queries.scope_exists(ctx.engine, show, sequence, shot):
+        named = "/".join(n for n in (show, sequence, shot) if n is not None)
+        raise HTTPException(404, f"the catalog has no shot under {named}")
+    if by is None:
+        by = "version" if shot else "shot" if show else "show"
+    level = "version" if by == "pass" else by
+    items = queries.usage(ctx.engine, show, sequence, shot, level=level, passes=by == "pass")
+    return {
+        "by": by,
+        "items": items,
+        "files": sum(i["files"] for i in items),
+        "size_bytes": sum(i["size_bytes"] for i in items),
+    }

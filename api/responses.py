@@ -232,5 +232,34 @@ class Submitted(BaseModel):
     retry_of: int | None = Field(None, description="the job whose failed frames are retried")
 
 
+class UsageItem(BaseModel):
+    """What the live outputs of one show, shot, version folder (or pass of one) occupy."""
+
+    show: str
+    sequence: str | None = None
+    shot: str | None = None
+    output_root: str | None = Field(None, description="the version folder (by=version, pass)")
+    folder: str | None = Field(
+        None, description="the version folder relative to the shot's: sapiens2_v001, bg01/..."
+    )
+    version: str | None = Field(None, description="the version its newest job's spec names")
+    job_id: int | None = Field(None, description="the newest job that wrote the folder")
+    pass_name: str | None = Field(
+        None, description="by=pass: the pass; null for files holding several (multi-part EXR)"
+    )
+    kind: str | None = Field(None, description="by=pass: exr, zarr, preview or pose_json")
+    files: int = Field(description="files (a Zarr array: frames), each counted once")
+    size_bytes: int = Field(description="their bytes (a Zarr array: its frames uncompressed)")
+
+
+class Usage(BaseModel):
+    """Bytes and files of the live outputs (those on disk, not deleted) in the scope."""
+
+    by: str
+    items: list[UsageItem]
+    files: int = Field(description="all items together")
+    size_bytes: int = Field(description="all items together")
+
+
 class Problem(BaseModel):
     detail: str
