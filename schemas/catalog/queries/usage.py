@@ -23,6 +23,17 @@ from schemas.catalog.queries.paging import Bind, Item, reading
 
 Level = Literal["show", "shot", "version"]
 LEVELS: tuple[Level, ...] = ("show", "shot", "version")
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(size: int) -> str:
+    """``size`` in binary units, about three figures: '512 B', '1.50 GiB', '1000 KiB'."""
+    value, steps = float(size), 0
+    while abs(value) >= 1024 and steps < len(_UNITS) - 1:
+        value, steps = value / 1024, steps + 1
+    unit = _UNITS[steps]
+    decimals = 0 if unit == "B" or abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{decimals}f} {unit}"
 
 
 def _shot_ids(show: str | None, sequence: str | None, shot: str | None) -> Select[Any]:
