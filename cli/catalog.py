@@ -15,6 +15,7 @@ from schemas.settings import Settings
 
 from . import usage as usage_parts
 from .console import (
+    EXIT_FAILED,
     JsonOpt,
     console,
     err,
@@ -230,7 +231,7 @@ def catalog_usage(
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes and files the live outputs occupy per show, shot, version folder or pass; with
-    --verify, each version folder's bytes on disk against the catalog's (exit 1 when one
+    --verify, each version folder's bytes on disk against the catalog's (exit 2 when one
     differs)."""
     settings = get_settings()
     where = usage_parts.scope(path)
@@ -250,4 +251,4 @@ def catalog_usage(
         usage_parts.show_usage(rows, "version", passes)
         usage_parts.show_checks(checks)
     if any(c.differs for c in checks):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)

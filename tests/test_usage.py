@@ -209,7 +209,7 @@ def test_cli_verify_names_what_differs(
     Path(paths.preview("normal", 1003)).write_bytes(b"y" * 5)
     _write(f"{paths.root}/stray.bin", 64)
     differs = _svfx(monkeypatch, catalog_url, home, "demo/sq010/sh0010", "--verify")
-    assert differs.exit_code == 1, _why(differs)
+    assert differs.exit_code == 2, _why(differs)
     said = differs.stderr
     assert paths.root in said and "sapiens2_v002" not in said
     name = Path(paths.exr(1002)).name
