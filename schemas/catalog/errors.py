@@ -35,3 +35,23 @@ class JobConflict(SvfxError):
             f"into {job['output_root']} (started {job['started_at']} by {job['submitter']} "
             f"on {job['owner']}); two jobs writing one output folder would undo each other"
         )
+
+
+class VersionBeingDeleted(SvfxError):
+    """A job was asked to write a folder whose deletion has not finished."""
+
+    def __init__(self, folder: str, deletion_id: int) -> None:
+        super().__init__(
+            f"{folder} is being deleted (deletion {deletion_id} stopped before it finished): "
+            "run the same `svfx delete` again to finish it, then submit"
+        )
+
+
+class VersionStillRunning(SvfxError):
+    """A live job still writes the version that was to be deleted."""
+
+    def __init__(self, folder: str, job_id: int) -> None:
+        super().__init__(
+            f"job {job_id} is still writing {folder}: wait for it to end (svfx status) "
+            "before deleting the version"
+        )

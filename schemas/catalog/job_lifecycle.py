@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, select, update
 
 from schemas.catalog import models as m
-from schemas.catalog.errors import JobConflict
+from schemas.catalog.deletion_recording import unfinished_deletion
+from schemas.catalog.errors import JobConflict, VersionBeingDeleted
 from schemas.catalog.lease import LEASE_S, owner_alive
 from schemas.catalog.queries.jobs import job as read_job
 from schemas.catalog.transactions import CatalogTransactions
@@ -77,6 +78,7 @@ class JobLifecycle(CatalogTransactions):
             if mine is not None:
                 return mine
             if root is not None:
+                _refuse_unfinished_deletion(conn, root)
                 _settle_running_jobs(conn, spec, root, now, lease_s)
             plate_id = _upsert_plate(conn, shot_id, plate, span, now)
             _upsert_frames(conn, plate_id, plate, frames, uris or {}, now)
@@ -229,6 +231,14 @@ def _upsert_frames(
             for frame in frames
         ),
     )
+
+
+def _refuse_unfinished_deletion(conn: Connection, root: str) -> None:
+    """A job never writes a folder whose deletion has not finished: the delete would go on to
+    remove the new job's files."""
+    found = unfinished_deletion(conn, root)
+    if found is not None:
+        raise VersionBeingDeleted(root, found)
 
 
 def _settle_running_jobs(

@@ -15,13 +15,14 @@ closing jobs whose process is gone (``schemas.catalog.lease``).
 
 ``Catalog`` is assembled from its parts, one module each: ``transactions`` (the engine and
 the retried transactions), ``job_lifecycle``, ``chunk_recording``, ``qc_recording``,
-``publish_recording`` and ``planner_reads``; ``upserts`` holds the tables and the row
-operations they share.
+``publish_recording``, ``deletion_recording`` and ``planner_reads``; ``upserts`` holds the
+tables and the row operations they share.
 """
 
 from __future__ import annotations
 
 from schemas.catalog.chunk_recording import ChunkRecording
+from schemas.catalog.deletion_recording import DeletionRecording
 from schemas.catalog.job_lifecycle import JobLifecycle
 from schemas.catalog.planner_reads import PlannerReads
 from schemas.catalog.publish_recording import PublishRecording
@@ -29,7 +30,9 @@ from schemas.catalog.qc_recording import QcRecording
 from storage.retry import RetryPolicy
 
 
-class Catalog(JobLifecycle, ChunkRecording, QcRecording, PublishRecording, PlannerReads):
+class Catalog(
+    JobLifecycle, ChunkRecording, QcRecording, PublishRecording, DeletionRecording, PlannerReads
+):
     """Writer API over one engine (see ``schemas.catalog.opening.open_catalog``)."""
 
     def with_retry(self, policy: RetryPolicy) -> Catalog:
