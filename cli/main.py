@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from core.errors import SvfxError
 
-from . import cuts, delete, operations, publish, scan, stabilise, submit
+from . import cuts, delete, operations, prune, publish, scan, stabilise, submit
 from .catalog import catalog_app
 from .console import err
 from .farm import farm_app
@@ -36,6 +36,7 @@ app.command()(stabilise.stabilise)
 app.command("stabilize", hidden=True)(stabilise.stabilise)  # the spelling it had first
 app.command()(publish.publish)
 app.command()(delete.delete)
+app.command()(prune.prune)
 app.add_typer(farm_app, name="farm")
 app.command()(operations.serve)
 app.command()(operations.api)
