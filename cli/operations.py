@@ -124,8 +124,10 @@ def worker(
 
 # -- serve and api ---------------------------------------------------------------------------
 def serve() -> None:
-    """Serve the deployments: process-shot on demand and, when SVFX_SCAN_PREFIXES is set,
-    scan-plates on SVFX_SCAN_CRON or every SVFX_SCAN_INTERVAL_S seconds."""
+    """Serve the deployments: process-shot on demand, when SVFX_SCAN_PREFIXES is set
+    scan-plates on SVFX_SCAN_CRON or every SVFX_SCAN_INTERVAL_S seconds, and when
+    SVFX_PRUNE_INTERVAL_S is set prune-versions (svfx prune --yes with SVFX_PRUNE_KEEP,
+    SVFX_PRUNE_OLDER_THAN, SVFX_PRUNE_INVALIDATED) every that many seconds."""
     settings = get_settings()
     from flows.orchestrator import OrchestratorError, served_api_url
 
@@ -137,7 +139,7 @@ def serve() -> None:
 
     from flows.scheduled import deployments
 
-    served = deployments(settings)
+    served = refusing(lambda: deployments(settings))
     if not settings.scan_prefixes:
         err.print("[yellow]no SVFX_SCAN_PREFIXES: serving process-shot only, no scheduled scan[/]")
     prefect_serve(*served)

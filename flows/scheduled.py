@@ -1,9 +1,10 @@
 """The scheduled side: the ``scan-plates`` flow and the deployments ``svfx serve`` serves.
 
 ``svfx serve`` runs ``process-shot`` (on demand: the scan, the catalog API and ``prefect
-deployment run`` create its runs; at most ``scan_max_in_flight`` run at once) and
-``scan-plates`` on ``scan_cron`` or every ``scan_interval_s`` seconds over ``scan_prefixes``.
-``infra/prefect/prefect.yaml`` declares the same two deployments for a work pool.
+deployment run`` create its runs; at most ``scan_max_in_flight`` run at once),
+``scan-plates`` on ``scan_cron`` or every ``scan_interval_s`` seconds over ``scan_prefixes``
+and, only when ``prune_interval_s`` is set, ``prune-versions`` (`flows.prune`).
+``infra/prefect/prefect.yaml`` declares the first two deployments for a work pool.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from schemas.settings import Settings, load_settings
 from schemas.spec import ShotSpec
 
 from .process_shot import process_shot
+from .prune import prune_deployment
 from .scan import ScanDefaults, report_lines, scan_with_catalog
 from .submission import PROCESS_SHOT_DEPLOYMENT, DeploymentSubmitter
 
@@ -72,21 +74,29 @@ def scan_plates(
 
 
 def deployments(settings: Settings) -> list[Any]:
-    """The deployments ``svfx serve`` serves (the scan only when prefixes are configured)."""
+    """The deployments ``svfx serve`` serves: process-shot, the scan only when prefixes are
+    configured, the prune only when its interval is (a prune with no rule: PruneRefused)."""
     shot = process_shot.to_deployment(
         name="process-shot",
         tags=["svfx"],
         concurrency_limit=settings.scan_max_in_flight,
         description="Sapiens2 passes for one shot (a ShotSpec as the 'spec' parameter)",
     )
+    scheduled = [scan_deployment(settings), prune_deployment(settings)]
+    return [shot, *(d for d in scheduled if d is not None)]
+
+
+def scan_deployment(settings: Settings) -> Any | None:
+    """``scan-plates`` on ``scan_cron`` or every ``scan_interval_s`` seconds, or None when no
+    prefixes are configured."""
     if not settings.scan_prefixes:
-        return [shot]
+        return None
     schedule: dict[str, Any] = (
         {"cron": settings.scan_cron}
         if settings.scan_cron
         else {"interval": settings.scan_interval_s}
     )
-    scan = scan_plates.to_deployment(
+    return scan_plates.to_deployment(
         name=SCAN_DEPLOYMENT,
         tags=["svfx", "scheduled"],
         concurrency_limit=1,  # never two scans at once
@@ -103,4 +113,3 @@ def deployments(settings: Settings) -> list[Any]:
         },
         **schedule,
     )
-    return [shot, scan]

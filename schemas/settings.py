@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         ShotSpec.model_fields["tiles"].default,
         description=ShotSpec.model_fields["tiles"].description,
     )
+    # The scheduled prune (`svfx serve`, flows/prune.py): off unless an interval is set; its
+    # rules are `svfx prune`'s (--keep, --older-than such as 30d, --invalidated), at least one.
+    prune_interval_s: int | None = Field(None, ge=60)
+    prune_keep: int | None = None
+    prune_older_than: str | None = None
+    prune_invalidated: bool = False
     # The size model size "auto" prefers when the checkpoint root has it for every pass.
     model_size: str | None = None
     # Publishing (publish/): the tracker every completed job goes to ("": none), the task
