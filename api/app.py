@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Engine
 from starlette.routing import Route
 
-from api import files, pages, read, write
+from api import deletion, files, pages, read, write
 from api.context import ApiContext
 from api.known_shot import UnknownShot
 from api.methods import MethodsPerPath
@@ -67,7 +67,7 @@ def create_app(
     )
     secret = token if token is not None else settings.api_token
     app.state.ctx = ApiContext(settings, engine, secret or None, submitter)
-    routers = [module.router for module in (read, write, files, pages)]
+    routers = [module.router for module in (read, write, deletion, files, pages)]
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(RequestValidationError, validation_problem)

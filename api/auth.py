@@ -30,13 +30,19 @@ def require_writer(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> None:
     """FastAPI dependency: passes only a request that carries the configured token."""
+    check_token(ctx, None if credentials is None else credentials.credentials)
+
+
+def check_token(ctx: ApiContext, token: str | None) -> None:
+    """HTTPException unless ``token`` is the configured one (401 missing, 403 wrong or writes
+    disabled), for the bearer header and for the pages' forms alike."""
     if not ctx.token:
         raise HTTPException(403, DISABLED)
-    if credentials is None:
+    if not token:
         raise HTTPException(
             401,
             "missing bearer token: send 'Authorization: Bearer <token>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if not hmac.compare_digest(credentials.credentials.encode(), ctx.token.encode()):
+    if not hmac.compare_digest(token.encode(), ctx.token.encode()):
         raise HTTPException(403, "wrong bearer token")

@@ -203,13 +203,13 @@ def get_usage(
 ) -> dict[str, Any]:
     """What the outputs still on disk occupy (deleted versions' rows are not counted), from
     the catalog: each file once (a multi-part EXR is one file of all its passes, a Zarr
-    array's frame one of its region's uncompressed bytes). A sequence or shot needs the
-    names above it; a scope the catalog has no shot under is a 404."""
-    if (sequence is not None and show is None) or (shot is not None and sequence is None):
-        raise HTTPException(422, "name the show (and the sequence) above a sequence or shot")
-    if show is not None and not queries.scope_exists(ctx.engine, show, sequence, shot):
-        named = "/".join(n for n in (show, sequence, shot) if n is not None)
-        raise HTTPException(404, f"the catalog has no shot under {named}")
+    array's frame one of its region's uncompressed bytes). Names left out match any; names
+    the catalog has no shot under are a 404."""
+    named = {"show": show, "sequence": sequence, "shot": shot}
+    given = {key: value for key, value in named.items() if value is not None}
+    if given and not queries.scope_exists(ctx.engine, show, sequence, shot):
+        scope = ", ".join(f"{key} {value}" for key, value in given.items())
+        raise HTTPException(404, f"the catalog has no shot with {scope}")
     if by is None:
         by = "version" if shot else "shot" if show else "show"
     level = "version" if by == "pass" else by

@@ -36,6 +36,7 @@ Temporal = Literal["per_frame", "stabilize"]
 Tiles = Literal["people", "all"]
 TILES_KEY = "svfx/tiles"  # the EXR attribute that records a frame's tiles setting
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+VERSION_PATTERN = r"v\d{3,4}"  # an output version: v001 .. v9999
 
 Name = Annotated[str, Field(description="show, sequence or shot name: letters, digits, _ . -")]
 
@@ -175,7 +176,7 @@ class ShotSpec(BaseModel):
     @field_validator("version")
     @classmethod
     def _version(cls, value: str) -> str:
-        if not re.fullmatch(r"v\d{3,4}", value):
+        if not re.fullmatch(VERSION_PATTERN, value):
             raise ValueError(f"version {value!r} must look like v001")
         return value
 

@@ -30,6 +30,22 @@ class DeleteRefused(SvfxError):
     """A delete (or prune) that would remove what it must not, or names nothing."""
 
 
+class NothingToDelete(DeleteRefused):
+    """The shot or version is not in the catalog."""
+
+
+class OutsideRoots(DeleteRefused):
+    """The version's folder lies outside the allowed roots: never deleted."""
+
+
+class VersionBusy(DeleteRefused):
+    """A live job still writes the version."""
+
+
+class VersionKept(DeleteRefused):
+    """Published, or the source of another version: deleted only when forced."""
+
+
 @dataclass(frozen=True)
 class FileOnDisk:
     uri: str
@@ -70,12 +86,12 @@ def plan_delete(
     versions = queries.shot_versions(bind, show, sequence, name)
     if not versions:
         if not queries.shot_exists(bind, show, sequence, name):
-            raise DeleteRefused(f"the catalog has no shot {shot}")
-        raise DeleteRefused(f"{shot} has no version in the catalog")
+            raise NothingToDelete(f"the catalog has no shot {shot}")
+        raise NothingToDelete(f"{shot} has no version in the catalog")
     chosen = [v for v in versions if v.version == version]
     if not chosen:
         known = ", ".join(sorted({v.version for v in versions}))
-        raise DeleteRefused(f"{shot} has no version {version} (it has {known})")
+        raise NothingToDelete(f"{shot} has no version {version} (it has {known})")
     plan = DeletionPlan([v for v in chosen if not _finished(v)])
     plan.already_deleted = [v for v in chosen if _finished(v)]
     for found in plan.versions:
@@ -84,7 +100,7 @@ def plan_delete(
             continue  # stopped half way: what it was refused for was decided then
         reasons = keep_reasons(found, versions)
         if reasons and not force:
-            raise DeleteRefused(f"{found.name} {found.label}: {reasons[0]}; --force deletes it")
+            raise VersionKept(f"{found.name} {found.label}: {reasons[0]}; --force deletes it")
         plan.forced += [f"{found.name} {found.label}: {why}" for why in reasons]
     return plan
 
@@ -96,7 +112,7 @@ def _finished(version: Version) -> bool:
 def refuse_unsafe(version: Version, settings: Settings) -> None:
     """What no ``--force`` lets through: a folder outside the allowed roots, a live job."""
     if not is_really_under(version.folder, settings.roots):
-        raise DeleteRefused(
+        raise OutsideRoots(
             f"{version.folder} lies outside the allowed roots ({', '.join(settings.roots)}); "
             "nothing outside them is deleted"
         )
@@ -104,7 +120,7 @@ def refuse_unsafe(version: Version, settings: Settings) -> None:
     for job in version.jobs:
         alive = job.owner is None or owner_alive(job.owner, job.heartbeat_at, now)
         if job.status in ACTIVE_STATUSES and alive:
-            raise DeleteRefused(
+            raise VersionBusy(
                 f"{version.name} {version.label}: job {job.id} is still {job.status} "
                 "(svfx status); wait for it to end"
             )

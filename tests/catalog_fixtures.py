@@ -261,3 +261,35 @@ def make_chunk(
         wall_s=12.5,
         model_s=9.1,
     )
+
+
+# -- versions with their files on disk (delete, prune, usage) -----------------------------
+VERSION_FRAMES = range(1001, 1005)
+
+
+def folder_of(spec: ShotSpec) -> str:
+    """The folder the fixture's outputs lie in (catalog_fixtures.make_chunk)."""
+    return f"{spec.output_root}/{spec.shot}/{spec.version}"
+
+
+def write_files(chunk: ChunkSummary) -> None:
+    """Every output of the chunk as a small real file (a Zarr array: one chunk file)."""
+    for frame in chunk.frames:
+        for out in frame.outputs:
+            path = Path(out.uri) / "c0" if out.kind == "zarr" else Path(out.uri)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x" * 100)
+
+
+def make_version(
+    catalog: Catalog, root: Path, version: str = "v001", **changes: Any
+) -> tuple[ShotSpec, int]:
+    """A complete version of sh0010 (or ``shot=``) with its files on disk; (spec, job id)."""
+    spec = make_spec(root, version=version, **changes)
+    plate = make_plate(spec, VERSION_FRAMES)
+    job_id = catalog.register_job(spec, plate, None, output_root=folder_of(spec))
+    chunk = make_chunk(spec, VERSION_FRAMES)
+    write_files(chunk)
+    catalog.record_chunk(job_id, chunk)
+    catalog.finish_job(job_id, "complete")
+    return spec, job_id

@@ -30,6 +30,7 @@ VALID = {
     "pass_name": "normal",
     "job_id": "1",
     "output_id": "1",
+    "version": "v001",
 }
 
 

@@ -18,37 +18,13 @@ from schemas.settings import Settings
 from tasks import deletion
 from tasks.deletion import DeleteRefused, plan_delete
 from tests import catalog_fixtures
-from tests.catalog_fixtures import make_chunk, make_plate, make_spec
+from tests.catalog_fixtures import folder_of, make_chunk, make_plate, make_spec, make_version
 
 catalog_url = catalog_fixtures.catalog_url
 catalog = catalog_fixtures.catalog
 pg_database_url = catalog_fixtures.pg_database_url
 SHOT = "demo/sq010/sh0010"
-FRAMES = range(1001, 1005)
-
-
-def folder_of(spec) -> str:
-    """The folder the fixture's outputs lie in (catalog_fixtures.make_chunk)."""
-    return f"{spec.output_root}/{spec.shot}/{spec.version}"
-
-
-def write_files(chunk) -> None:
-    for frame in chunk.frames:
-        for out in frame.outputs:
-            path = Path(out.uri) / "c0" if out.kind == "zarr" else Path(out.uri)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"x" * 100)
-
-
-def make_version(catalog, root: Path, version: str = "v001", **changes) -> tuple[object, int]:
-    """A complete version of sh0010 with its files on disk; (spec, job id)."""
-    spec = make_spec(root, version=version, **changes)
-    job_id = catalog.register_job(spec, make_plate(spec, FRAMES), None, output_root=folder_of(spec))
-    chunk = make_chunk(spec, FRAMES)
-    write_files(chunk)
-    catalog.record_chunk(job_id, chunk)
-    catalog.finish_job(job_id, "complete")
-    return spec, job_id
+FRAMES = catalog_fixtures.VERSION_FRAMES
 
 
 @pytest.fixture

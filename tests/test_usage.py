@@ -256,7 +256,8 @@ def test_api_usage_and_pages(filled: Filled) -> None:
     items = shot.json()["items"]
     assert {(i["pass_name"], i["kind"]) for i in items} >= {(None, "exr"), ("pose", "pose_json")}
     assert client.get("/api/usage", params={"show": "nosuch"}).status_code == 404
-    assert client.get("/api/usage", params={"shot": "sh0010"}).status_code == 422
+    assert client.get("/api/usage", params={"shot": "sh0010"}).status_code == 200
+    assert client.get("/api/usage", params={"sequence": "nope"}).status_code == 404
     assert client.get("/api/usage", params={"by": "planet"}).status_code == 422
     assert "/api/usage" in client.get("/openapi.json").json()["paths"]
 
