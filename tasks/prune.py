@@ -7,7 +7,7 @@ A version matches when it matches every rule given:
   of them (a shot with N complete versions or fewer matches nothing);
 - ``older_than``: it was last made (its newest job's end, or start) before now minus that;
 - ``invalidated``: a live output of it was made from a plate frame or checkpoint that has
-  changed since (`schemas.catalog.queries.stale` defines both precisely).
+  changed since (`schemas.catalog.queries.pruning` defines both precisely).
 
 A matched version is kept, with the reason, when it is the shot's newest complete version
 (never pruned), when a live job still writes it or its folder lies outside the allowed roots
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from schemas.catalog import queries
 from schemas.catalog.models import utcnow
 from schemas.catalog.queries.paging import Bind
-from schemas.catalog.queries.stale import Stale, stale_jobs
+from schemas.catalog.queries.pruning import Stale, add_sizes, stale_jobs
 from schemas.catalog.queries.versions import Version
 from schemas.settings import Settings
 from schemas.spec import NAME
@@ -156,7 +156,7 @@ def plan_prune(
     if not queries.scope_exists(bind, show, sequence, shot):
         named = rules.shot or rules.show
         raise PruneRefused(f"the catalog has no {'shot' if rules.shot else 'show'} {named}")
-    versions = queries.shot_versions(bind, show, sequence, shot, with_sizes=True)
+    versions = queries.shot_versions(bind, show, sequence, shot, with_sizes=False)
     stale = stale_jobs(bind, show, sequence, shot) if rules.invalidated else {}
     plan = PrunePlan(rules, force)
     by_shot: dict[int, list[Version]] = defaultdict(list)
@@ -166,6 +166,7 @@ def plan_prune(
         _plan_shot(plan, settings, shot_versions, stale, now or utcnow())
     if rules.shot is not None:
         _refuse_only_complete(plan, versions)
+    add_sizes(bind, [item.version for item in plan.delete + plan.kept])
     return plan
 
 
