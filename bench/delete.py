@@ -1,0 +1,145 @@
+"""Deleting a version of the demo shot: how long `svfx delete` takes, what it frees, and the
+fault check of issue 44: the delete killed (SIGKILL) at random points, the catalog compared
+with the disk right after each kill (every output either on disk with its recorded size and
+not marked, or marked deleted), then the delete run again and checked complete.
+
+    python -m bench.delete [--frames 48] [--size 640x360] [--kills 5] [--seed 1]
+
+It makes the version once with `svfx demo` (every pass, the embedded default) in a scratch
+SVFX_HOME, keeps a copy of the version's folder and of the SQLite catalog, and restores both
+before each run. Times are wall-clock seconds of the `svfx delete` process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+SVFX = [sys.executable, "-m", "cli"]
+
+
+def run(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SVFX, *args], env=env, text=True, capture_output=True, **kwargs)
+
+
+def make_version(home: Path, frames: int, size: str, env: dict[str, str]) -> tuple[str, Path]:
+    """The demo shot at ``frames`` frames: its SHOW/SEQ/SHOT and its version folder."""
+    started = time.perf_counter()
+    made = run(["demo", "--frames", str(frames), "--size", size], env)
+    if made.returncode != 0:
+        raise SystemExit(f"svfx demo failed ({made.returncode}):\n{made.stderr[-2000:]}")
+    print(f"svfx demo --frames {frames} --size {size}: {time.perf_counter() - started:.0f} s")
+    with create_engine(f"sqlite:///{home / 'catalog.db'}").connect() as conn:
+        root = conn.execute(text("SELECT output_root FROM jobs ORDER BY id DESC")).scalar_one()
+    folder = Path(root)
+    shot = "/".join(folder.parts[-4:-1])
+    return shot, folder
+
+
+def restore(home: Path, folder: Path, saved: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(saved / "version", folder)
+    shutil.copy2(saved / "catalog.db", home / "catalog.db")
+
+
+def catalog_against_disk(home: Path) -> tuple[int, int, list[str]]:
+    """(outputs on disk, outputs marked deleted, problems): an unmarked output whose file is
+    missing or of another size is a problem (a Zarr array's frame: its store must exist)."""
+    problems: list[str] = []
+    live = marked = 0
+    with create_engine(f"sqlite:///{home / 'catalog.db'}").connect() as conn:
+        rows = conn.execute(text("SELECT uri, kind, size_bytes, deletion_id FROM outputs"))
+        for uri, kind, size, deletion_id in rows:
+            if deletion_id is not None:
+                marked += 1
+                continue
+            live += 1
+            path = Path(uri)
+            whole = path.is_file() and path.stat().st_size == size
+            if not (path.exists() if kind == "zarr" else whole):
+                problems.append(f"{uri}: in the catalog, not marked deleted, not on disk")
+    return live, marked, problems
+
+
+def timed_delete(shot: str, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    done = run(["delete", shot, "--version", "v001", "--json"], env)
+    if done.returncode != 0:
+        raise SystemExit(f"svfx delete failed ({done.returncode}): {done.stderr.strip()}")
+    [row] = json.loads(done.stdout)
+    return time.perf_counter() - started, row
+
+
+def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse.Namespace,
+                full_s: float, env: dict[str, str]) -> None:  # fmt: skip
+    """``args.kills`` deletes killed at random points, each checked, rerun, checked again."""
+    rng = random.Random(args.seed)
+    for attempt in range(1, args.kills + 1):
+        restore(home, folder, saved)
+        delay = rng.uniform(0.2, full_s)
+        proc = subprocess.Popen(
+            [*SVFX, "delete", shot, "--version", "v001"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        was_running = proc.poll() is None
+        if was_running:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        live, marked, problems = catalog_against_disk(home)
+        files_left = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+        rerun_s, _row = timed_delete(shot, env)
+        live_after, marked_after, after = catalog_against_disk(home)
+        verdict = "ok" if not problems and not after and not folder.exists() else "BROKEN"
+        print(
+            f"kill {attempt}: at {delay:.2f} s ({'killed' if was_running else 'had ended'}): "
+            f"{live} outputs on disk and recorded, {marked} marked deleted, {files_left} files "
+            f"left, {len(problems)} outputs recorded but missing; rerun {rerun_s:.2f} s -> "
+            f"{live_after} live, {marked_after} marked, folder "
+            f"{'gone' if not folder.exists() else 'still there'}: {verdict}"
+        )
+        for problem in (problems + after)[:5]:
+            print("   ", problem)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=48)
+    parser.add_argument("--size", default="640x360")
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="svfx-delete-bench-"))
+    home = scratch / "home"
+    env = {**os.environ, "SVFX_HOME": str(home), "SVFX_ALLOWED_ROOTS": str(scratch)}
+    try:
+        shot, folder = make_version(home, args.frames, args.size, env)
+        saved = scratch / "saved"
+        shutil.copytree(folder, saved / "version")
+        shutil.copy2(home / "catalog.db", saved / "catalog.db")
+        full_s, row = timed_delete(shot, env)
+        print(
+            f"svfx delete {shot} --version v001: {full_s:.2f} s, {row['files']} files, "
+            f"{row['size_bytes'] / 1e6:.1f} MB freed, {row['outputs']} outputs marked deleted"
+        )
+        killed_runs(shot, home, folder, saved, args, full_s, env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
