@@ -162,3 +162,29 @@ def test_the_cli_dry_run_lists_and_deletes_nothing_then_deletes(tmp_path, monkey
     refused = runner.invoke(app, ["delete", SHOT, "--version", "v7"])
     assert refused.exit_code == 2
     assert refused.stderr.strip().splitlines() == [f"error: {SHOT} has no version v7 (it has v001)"]
+
+
+def test_a_version_on_s3_is_deleted_there(catalog, s3_bucket, tmp_path):
+    import s3fs
+
+    bucket, options = s3_bucket
+    settings = Settings(
+        home=tmp_path / "home",
+        allowed_roots=[bucket],
+        s3_endpoint_url=options["client_kwargs"]["endpoint_url"],
+    )
+    spec = make_spec(bucket)  # type: ignore[arg-type]  # its outputs under s3://bucket/out
+    job_id = catalog.register_job(spec, make_plate(spec, FRAMES), None, output_root=folder_of(spec))
+    chunk = make_chunk(spec, FRAMES)
+    fs = s3fs.S3FileSystem(**options)
+    for frame in chunk.frames:
+        for out in frame.outputs:
+            fs.pipe(out.uri + ("/c0" if out.kind == "zarr" else ""), b"x" * 100)
+    catalog.record_chunk(job_id, chunk)
+    catalog.finish_job(job_id, "complete")
+    [version] = plan_delete(catalog.engine, settings, SHOT, "v001").versions
+    assert len(deletion.files_of(version, settings)) == 21
+    done = deletion.delete(catalog, settings, version, requested_by="a", reason="test")
+    assert (done.files, done.size_bytes) == (21, 2100)
+    fs.invalidate_cache()
+    assert fs.find(bucket) == []  # every object of the version is gone
