@@ -57,7 +57,7 @@ def delete(
             size = sum(f.size_bytes for f in files)
             rows.append(_row(found, len(files), size, found.outputs, "would be deleted"))
             continue
-        gone = _delete_one(catalog, settings, found, force)
+        gone = delete_one(catalog, settings, found, "svfx delete" + (" --force" if force else ""))
         rows.append(_row(found, gone.files, gone.size_bytes, gone.outputs, "deleted"))
     if as_json:
         print_json(rows)
@@ -67,8 +67,9 @@ def delete(
             console.print("nothing deleted (--dry-run)", markup=False, highlight=False)
 
 
-def _delete_one(catalog: Any, settings: Any, found: Any, force: bool) -> Any:
-    """One folder off the disk, with a progress bar of its files."""
+def delete_one(catalog: Any, settings: Any, found: Any, reason: str) -> Any:
+    """One version's folder off the disk through `tasks.deletion.delete`, with a progress
+    bar of its files (`svfx delete` and `svfx prune`)."""
     from tasks.deletion import delete as delete_version
 
     with _bar(f"deleting {found.name} {found.label}") as progress:
@@ -79,7 +80,7 @@ def _delete_one(catalog: Any, settings: Any, found: Any, force: bool) -> Any:
                 settings,
                 found,
                 requested_by=requested_by(),
-                reason="svfx delete" + (" --force" if force else ""),
+                reason=reason,
                 progress=lambda n, total: progress.update(task, completed=n, total=total),
             )
         )
@@ -88,12 +89,19 @@ def _delete_one(catalog: Any, settings: Any, found: Any, force: bool) -> Any:
 _COLUMNS = ["shot", "folder", "files", "size", "outputs", "status"]
 
 
-def _row(found: Any, files: int, size: int, outputs: int, status: str) -> dict[str, Any]:
+def version_row(found: Any) -> dict[str, Any]:
+    """The columns that name a version in the delete and prune tables."""
     return {
         "shot": found.name,
         "version": found.version,
         "folder": found.label,
         "uri": found.folder,
+    }
+
+
+def _row(found: Any, files: int, size: int, outputs: int, status: str) -> dict[str, Any]:
+    return {
+        **version_row(found),
         "files": files,
         "size_bytes": size,
         "outputs": outputs,

@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from schemas.catalog.queries.usage import human_bytes
 
 from .console import JsonOpt, console, err, get_settings, print_json, refusing, table
-from .delete import requested_by
+from .delete import delete_one, version_row
 
 _COLUMNS = ["shot", "folder", "made_at", "size", "action", "why"]
 
@@ -79,27 +78,9 @@ def _delete_all(catalog: Any, settings: Any, plan: Any) -> list[dict[str, Any]]:
     """Every version of the plan off the disk, in order."""
     done = []
     for item in plan.delete:
-        gone = _delete_one(catalog, settings, item.version, plan.reason)
+        gone = delete_one(catalog, settings, item.version, plan.reason)
         done.append({**_row(item.version, "deleted", item.why), "size_bytes": gone.size_bytes})
     return done
-
-
-def _delete_one(catalog: Any, settings: Any, found: Any, reason: str) -> Any:
-    """One version through `tasks.deletion.delete`, with a progress bar of its files."""
-    from tasks.deletion import delete
-
-    with _bar(f"deleting {found.name} {found.label}") as progress:
-        task = progress.add_task("files", total=None)
-        return refusing(
-            lambda: delete(
-                catalog,
-                settings,
-                found,
-                requested_by=requested_by(),
-                reason=reason,
-                progress=lambda n, total: progress.update(task, completed=n, total=total),
-            )
-        )
 
 
 def _summary(plan: Any, freed: list[dict[str, Any]], yes: bool, out: Any) -> None:
@@ -123,22 +104,9 @@ def _summary(plan: Any, freed: list[dict[str, Any]], yes: bool, out: Any) -> Non
 
 def _row(version: Any, action: str, why: str) -> dict[str, Any]:
     return {
-        "shot": version.name,
-        "version": version.version,
-        "folder": version.label,
-        "uri": version.folder,
+        **version_row(version),
         "made_at": version.made_at.isoformat(),
         "size_bytes": version.size_bytes,
         "action": action,
         "why": why,
     }
-
-
-def _bar(description: str) -> Progress:
-    return Progress(
-        TextColumn(description),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-    )

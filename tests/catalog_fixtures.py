@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from bench.common import full_frame_plate
 from schemas.catalog import Catalog, open_catalog
+from schemas.settings import Settings
 from schemas.spec import ShotSpec, cache_key
 from schemas.summaries import ChunkSummary, FrameSummary, OutputRecord, PlateInfo
 
@@ -265,6 +266,14 @@ def make_chunk(
 
 # -- versions with their files on disk (delete, prune, usage) -----------------------------
 VERSION_FRAMES = range(1001, 1005)
+
+
+@pytest.fixture
+def studio(tmp_path: Path) -> tuple[Path, Settings]:
+    """A studio folder and settings that allow it (outputs of ``make_version`` go under it)."""
+    root = tmp_path / "studio"
+    root.mkdir()
+    return root, Settings(home=root / "home", allowed_roots=[str(root)])
 
 
 def folder_of(spec: ShotSpec) -> str:

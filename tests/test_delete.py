@@ -23,15 +23,9 @@ from tests.catalog_fixtures import folder_of, make_chunk, make_plate, make_spec,
 catalog_url = catalog_fixtures.catalog_url
 catalog = catalog_fixtures.catalog
 pg_database_url = catalog_fixtures.pg_database_url
+studio = catalog_fixtures.studio
 SHOT = "demo/sq010/sh0010"
 FRAMES = catalog_fixtures.VERSION_FRAMES
-
-
-@pytest.fixture
-def studio(tmp_path: Path) -> tuple[Path, Settings]:
-    root = tmp_path / "studio"
-    root.mkdir()
-    return root, Settings(home=root / "home", allowed_roots=[str(root)])
 
 
 def test_a_deleted_version_is_gone_from_disk_and_marked_in_the_catalog(catalog, studio):

@@ -29,6 +29,7 @@ from tests.catalog_fixtures import CHECKPOINTS, checkpoint, make_chunk, make_pla
 catalog_url = catalog_fixtures.catalog_url
 catalog = catalog_fixtures.catalog
 pg_database_url = catalog_fixtures.pg_database_url
+studio = catalog_fixtures.studio
 FRAMES = range(1001, 1004)
 SHOT = "demo/sq010/sh0010"
 
@@ -75,13 +76,6 @@ def on_disk(root: Path, version: str, shot: str = "sh0010") -> bool:
 def planned(plan: Any) -> tuple[list[str], list[str]]:
     """(labels to delete, labels kept)."""
     return [i.version.label for i in plan.delete], [i.version.label for i in plan.kept]
-
-
-@pytest.fixture
-def studio(tmp_path: Path) -> tuple[Path, Settings]:
-    root = tmp_path / "studio"
-    root.mkdir()
-    return root, Settings(home=root / "home", allowed_roots=[str(root)])
 
 
 def test_keep_n_keeps_the_newest_complete_versions_and_anything_newer(catalog, studio):
