@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -48,10 +49,18 @@ def make_version(home: Path, frames: int, size: str, env: dict[str, str]) -> tup
     return shot, folder
 
 
+def copy_catalog(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite catalog (its write-ahead log included)."""
+    for leftover in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
+        leftover.unlink(missing_ok=True)
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
 def restore(home: Path, folder: Path, saved: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(saved / "version", folder)
-    shutil.copy2(saved / "catalog.db", home / "catalog.db")
+    copy_catalog(saved / "catalog.db", home / "catalog.db")
 
 
 def catalog_against_disk(home: Path) -> tuple[int, int, list[str]]:
@@ -130,7 +139,7 @@ def main() -> None:
         shot, folder = make_version(home, args.frames, args.size, env)
         saved = scratch / "saved"
         shutil.copytree(folder, saved / "version")
-        shutil.copy2(home / "catalog.db", saved / "catalog.db")
+        copy_catalog(home / "catalog.db", saved / "catalog.db")
         full_s, row = timed_delete(shot, env)
         print(
             f"svfx delete {shot} --version v001: {full_s:.2f} s, {row['files']} files, "
