@@ -72,6 +72,13 @@ def registered(catalog: Catalog, root: Path, frames: range = range(1001, 1009), 
 
 
 # -- engine and migrations -------------------------------------------------------------------
+def test_each_migration_file_is_named_by_its_revision() -> None:
+    """`head_revision` reads the newest revision off the file names, without Alembic."""
+    scripts = ScriptDirectory.from_config(catalog_engine.alembic_config())
+    for script in scripts.walk_revisions():
+        assert Path(script.path).name.startswith(f"{script.revision}_"), script.path
+
+
 def test_migrations_apply_once_and_match_the_models(catalog_url: str) -> None:
     engine = make_engine(catalog_url)
     try:
@@ -87,6 +94,8 @@ def test_migrations_apply_once_and_match_the_models(catalog_url: str) -> None:
             s for s in statements if re.match(r"\s*(CREATE|ALTER|DROP|INSERT|UPDATE)", s, re.I)
         ]
         assert writes == [], "a second migrate must change nothing"
+        assert catalog_engine.head_revision() == head  # what migrate's quick check compares
+        assert catalog_engine.at_head(engine)
         with engine.connect() as conn:
             version = f"SELECT version_num FROM {catalog_engine.VERSION_TABLE}"
             assert conn.execute(text(version)).scalars().all() == [head]

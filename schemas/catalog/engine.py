@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from core.errors import missing_extra
 from schemas.catalog.errors import CatalogDamaged, CatalogError
@@ -165,8 +165,28 @@ def alembic_config() -> Config:
     return cfg
 
 
+def head_revision() -> str:
+    """The newest migration's revision: migrations are files ``NNNN_<what>.py`` whose revision
+    is their number (tests/test_catalog.py holds every file to it)."""
+    return max(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def at_head(engine: Engine) -> bool:
+    """Whether the catalog's schema is already the newest, read without Alembic (importing
+    and running it costs most of a quick command's time); False when the version table is
+    missing or unreadable, which `migrate` then deals with."""
+    try:
+        with engine.connect() as connection:
+            found = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    except DBAPIError:
+        return False
+    return [row[0] for row in found] == [head_revision()]
+
+
 def migrate(engine: Engine) -> None:
     """Upgrade the catalog schema to the newest revision (a no-op when already there)."""
+    if at_head(engine):
+        return
     from alembic import command
 
     cfg = alembic_config()
