@@ -182,3 +182,34 @@ def test_a_version_on_s3_is_deleted_there(catalog, s3_bucket, tmp_path):
     assert (done.files, done.size_bytes) == (21, 2100)
     fs.invalidate_cache()
     assert fs.find(bucket) == []  # every object of the version is gone
+
+
+def test_a_deleted_version_is_made_again_by_a_resubmit(tmp_path):
+    """Through the real flow: a shot run, deleted, run again: every frame is computed anew
+    (none skipped, none adopted) and its outputs are on disk and live in the catalog."""
+    from flows.planning import plan_shot
+    from flows.shot_runner import run_planned_shot
+    from schemas.spec import parse_spec
+    from tests.shot_helpers import local_client, make_plate, settings_for, spec_data
+
+    settings = settings_for(tmp_path)
+    cat = open_catalog(settings.catalog)
+    pattern = make_plate(tmp_path / "plates", frames=2)
+    spec = parse_spec(spec_data(pattern, tmp_path / "out", passes="matte"))
+    cluster = local_client(1)
+    client = next(cluster)
+    try:  # one cluster for both runs
+        first = run_planned_shot(plan_shot(spec, settings), cat, client)
+        [version] = plan_delete(cat.engine, settings, spec.shot_path, "v001").versions
+        deletion.delete(cat, settings, version, requested_by="a", reason="test")
+        assert not Path(first.output_root).exists()
+        again = run_planned_shot(plan_shot(spec, settings), cat, client)
+    finally:
+        cluster.close()
+    assert (again.status, again.done, again.skipped, again.adopted) == (
+        "complete", [1001, 1002], [], []
+    )  # fmt: skip
+    assert Path(again.exr_pattern % 1001).is_file()
+    [back] = queries.shot_versions(cat.engine, shot=spec.shot)
+    live = queries.outputs_page(cat.engine, shot=spec.shot, limit=1000)[1]
+    assert back.deletion is None and back.outputs == live > 0
