@@ -148,6 +148,11 @@ class Filled:
 
 @pytest.fixture
 def filled(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Filled:
+    return make_filled(catalog, tmp_path, monkeypatch)
+
+
+def make_filled(catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Filled:
+    """The app over ``catalog`` filled by `fill` (the `filled` fixture's work)."""
     monkeypatch.delenv("SVFX_API_TOKEN", raising=False)
     root = tmp_path / "studio"
     root.mkdir()

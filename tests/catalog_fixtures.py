@@ -13,6 +13,7 @@ import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     PostgreSQL schema."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/db/catalog.db"
-    return _pg_schema_url(request.getfixturevalue("pg_database_url"))
+    return pg_schema_url(request)
 
 
 def at_head_without_migrating(url: str) -> None:
@@ -110,14 +111,26 @@ def at_head_without_migrating(url: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture
-def catalog(catalog_url: str) -> Iterator[Catalog]:
-    at_head_without_migrating(catalog_url)
-    cat = open_catalog(catalog_url)
+@contextmanager
+def opened_catalog(url: str) -> Iterator[Catalog]:
+    """A new, empty catalog at ``url`` (see `at_head_without_migrating`), closed after."""
+    at_head_without_migrating(url)
+    cat = open_catalog(url)
     try:
         yield cat
     finally:
         cat.close()
+
+
+def pg_schema_url(request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL schema in this session's database."""
+    return _pg_schema_url(request.getfixturevalue("pg_database_url"))
+
+
+@pytest.fixture
+def catalog(catalog_url: str) -> Iterator[Catalog]:
+    with opened_catalog(catalog_url) as cat:
+        yield cat
 
 
 # -- builders ------------------------------------------------------------------------------
