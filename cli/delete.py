@@ -14,6 +14,11 @@ from schemas.catalog.queries.usage import human_bytes
 
 from .console import JsonOpt, console, err, get_settings, print_json, refusing, table
 
+ForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="delete published versions, and versions another was made from"),
+]
+
 
 def requested_by() -> str:
     """Who asks, as the catalog records it: the user on this host."""
@@ -26,12 +31,7 @@ def delete(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="list what would go and its bytes; delete nothing")
     ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="delete a published version, or one another version was made from"
-        ),
-    ] = False,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete a version of a shot: its EXRs, Zarr store, previews, review clips, pose JSON

@@ -10,7 +10,7 @@ import typer
 from schemas.catalog.queries.usage import human_bytes
 
 from .console import JsonOpt, console, err, get_settings, print_json, refusing, table
-from .delete import delete_one, version_row
+from .delete import ForceOpt, delete_one, version_row
 
 _COLUMNS = ["shot", "folder", "made_at", "size", "action", "why"]
 
@@ -34,12 +34,7 @@ def prune(
     show: Annotated[str | None, typer.Option(help="only this show")] = None,
     shot: Annotated[str | None, typer.Option(help="only this shot, SHOW/SEQ/SHOT")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="delete what the plan lists")] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="delete published versions, and versions another was made from"
-        ),
-    ] = False,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete versions by rule; a version must match every rule given (--keep, --older-than,
