@@ -5,8 +5,9 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, or_, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.outputs import LIVE, output_dict, outputs_select
-from schemas.catalog.queries.paging import Bind, Item, each_row, page
+from schemas.catalog.queries.by_shot import join_shot
+from schemas.catalog.queries.outputs import LIVE, output_rows
+from schemas.catalog.queries.paging import Bind, Item, page
 
 
 def _made_from(plate_sha256: str | None, checkpoint_sha256: str | None) -> ColumnElement[bool]:
@@ -34,8 +35,9 @@ def invalidated_page(
 ) -> tuple[list[Item], int]:
     """Outputs on disk made from a plate frame with this checksum, or with this checkpoint
     (directly or as an input, e.g. seg for pose), by shot, pass and frame; and the total."""
+    keys = select(m.Output.id).select_from(m.Output)
     stmt = (
-        outputs_select()
+        join_shot(keys, m.Output.shot_id)
         .where(_made_from(plate_sha256, checkpoint_sha256), LIVE)
         .order_by(
             m.Show.name,
@@ -46,4 +48,4 @@ def invalidated_page(
             m.Output.id,
         )
     )
-    return page(bind, stmt, each_row(output_dict), limit, offset)
+    return page(bind, stmt, output_rows, limit, offset)  # sorted on ids, read whole per page

@@ -111,12 +111,15 @@ def untrained_jobs(bind: Bind, job_ids: list[int]) -> set[int]:
     untrained (random weights), directly or as an input (seg for pose)."""
     if not job_ids:
         return set()
-    stmt = (
-        select(m.Output.job_id)
-        .distinct()
-        .join(m.OutputCheckpoint, m.OutputCheckpoint.output_id == m.Output.id)
+    # EXISTS per output: the jobs' outputs are few and each looks up its own checkpoints
+    # (a join let PostgreSQL hash them and scan every output's checkpoints instead)
+    untrained = (
+        select(m.OutputCheckpoint.output_id)
         .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
-        .where(m.Output.job_id.in_(job_ids), m.Checkpoint.trained == false())
+        .where(m.OutputCheckpoint.output_id == m.Output.id, m.Checkpoint.trained == false())
+    )
+    stmt = (
+        select(m.Output.job_id).distinct().where(m.Output.job_id.in_(job_ids), untrained.exists())
     )
     with reading(bind) as conn:
         return set(conn.execute(stmt).scalars())

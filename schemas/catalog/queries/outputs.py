@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row, Select, func, select
@@ -14,7 +15,7 @@ from schemas.catalog.queries.by_shot import (
     where_given,
     with_shot,
 )
-from schemas.catalog.queries.paging import Bind, Item, each_row, iso, newest_page, reading
+from schemas.catalog.queries.paging import Bind, Item, Reader, iso, newest_page, reading
 
 OUTPUT_COLUMNS = (
     m.Output.id,
@@ -76,10 +77,23 @@ def outputs_page(
 ) -> tuple[list[Item], int]:
     """Outputs on disk, newest first, of the named show/sequence/shot, pass and kind (None:
     any), and the total."""
-    stmt = filter_shot(outputs_select().where(LIVE), show, sequence, shot)
-    stmt = where_given(stmt, (m.Output.pass_name, pass_name), (m.Output.kind, kind))
-    to_items = each_row(output_dict)
-    return newest_page(bind, stmt, m.Output.created_at, m.Output.id, to_items, limit, offset)
+    keys = select(m.Output.id).select_from(m.Output).where(LIVE)
+    if (show, sequence, shot) != (None, None, None):
+        keys = filter_shot(join_shot(keys, m.Output.shot_id), show, sequence, shot)
+    keys = where_given(keys, (m.Output.pass_name, pass_name), (m.Output.kind, kind))
+    return newest_page(bind, keys, m.Output.created_at, m.Output.id, output_rows, limit, offset)
+
+
+def output_rows(conn: Reader, keys: Sequence[Row[Any]]) -> list[Item]:
+    """The output items of a page found by id (``keys``' ``id``), in the page's order: the
+    page is chosen, sorted and counted on the ids alone, and only its rows are read whole
+    (sorting every wide row, joins and all, to keep one page of them made large pages slow)."""
+    ids = [key.id for key in keys]
+    if not ids:
+        return []
+    rows = conn.execute(outputs_select().where(m.Output.id.in_(ids))).all()
+    found = {row.id: output_dict(row) for row in rows}
+    return [found[output_id] for output_id in ids]
 
 
 def newest_of_pass_frame(*within: Any) -> Any:
