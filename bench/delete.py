@@ -82,13 +82,14 @@ def catalog_against_disk(home: Path) -> tuple[int, int, list[str]]:
     return live, marked, problems
 
 
-def timed_delete(shot: str, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+def timed_delete(shot: str, env: dict[str, str]) -> tuple[float, dict[str, Any] | None]:
+    """The delete's wall time and its row (None: the version was deleted already)."""
     started = time.perf_counter()
     done = run(["delete", shot, "--version", "v001", "--json"], env)
     if done.returncode != 0:
         raise SystemExit(f"svfx delete failed ({done.returncode}): {done.stderr.strip()}")
-    [row] = json.loads(done.stdout)
-    return time.perf_counter() - started, row
+    rows = json.loads(done.stdout) if done.stdout.strip() else []
+    return time.perf_counter() - started, (rows[0] if rows else None)
 
 
 def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse.Namespace,
@@ -111,13 +112,14 @@ def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse
         proc.wait()
         live, marked, problems = catalog_against_disk(home)
         files_left = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
-        rerun_s, _row = timed_delete(shot, env)
+        rerun_s, rerun = timed_delete(shot, env)
         live_after, marked_after, after = catalog_against_disk(home)
         verdict = "ok" if not problems and not after and not folder.exists() else "BROKEN"
         print(
             f"kill {attempt}: at {delay:.2f} s ({'killed' if was_running else 'had ended'}): "
             f"{live} outputs on disk and recorded, {marked} marked deleted, {files_left} files "
-            f"left, {len(problems)} outputs recorded but missing; rerun {rerun_s:.2f} s -> "
+            f"left, {len(problems)} outputs recorded but missing; rerun {rerun_s:.2f} s "
+            f"({'deleted the rest' if rerun else 'nothing left to do'}) -> "
             f"{live_after} live, {marked_after} marked, folder "
             f"{'gone' if not folder.exists() else 'still there'}: {verdict}"
         )
@@ -141,6 +143,7 @@ def main() -> None:
         shutil.copytree(folder, saved / "version")
         copy_catalog(home / "catalog.db", saved / "catalog.db")
         full_s, row = timed_delete(shot, env)
+        assert row is not None, "the first delete found nothing to delete"
         print(
             f"svfx delete {shot} --version v001: {full_s:.2f} s, {row['files']} files, "
             f"{row['size_bytes'] / 1e6:.1f} MB freed, {row['outputs']} outputs marked deleted"
