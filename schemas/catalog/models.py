@@ -39,6 +39,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -222,6 +223,14 @@ class Output(Base):
     __table_args__ = (
         UniqueConstraint("uri", "part", "frame", "pass_name"),
         Index("ix_outputs_shot_pass_frame", "shot_id", "pass_name", "frame"),
+        # the newest outputs on disk first: the outputs pages, at a studio's size
+        Index(
+            "ix_outputs_live_newest",
+            "created_at",
+            "id",
+            postgresql_where=text("deletion_id IS NULL"),
+            sqlite_where=text("deletion_id IS NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
