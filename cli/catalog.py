@@ -34,6 +34,10 @@ catalog_app = typer.Typer(
 )
 
 
+LimitOpt = Annotated[int, typer.Option(min=1, help="rows at most")]
+OffsetOpt = Annotated[int, typer.Option(min=0, help="rows to skip first")]
+
+
 def engine(settings: Settings) -> Engine:
     return refusing(lambda: open_catalog(settings.catalog).engine)
 
@@ -119,11 +123,22 @@ def catalog_shots(
     show: str | None = None,
     sequence: str | None = None,
     shot: str | None = None,
+    limit: LimitOpt = 100,
+    offset: OffsetOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Shots with their pass coverage (frames of each pass that exist)."""
-    rows, _ = queries.shots_page(engine(get_settings()), show=show, sequence=sequence, shot=shot)
+    """Shots with their pass coverage (frames of each pass that exist), by name: a page of
+    --limit from --offset."""
+    rows, total = queries.shots_page(
+        engine(get_settings()), show, sequence, shot, limit=limit, offset=offset
+    )
     rows_out(rows, ["show", "sequence", "shot", "plate_frames", "passes", "job_status"], as_json)
+    if not as_json and total > offset + len(rows):
+        err.print(
+            f"{len(rows)} of {total} shots from {offset}: --offset {offset + len(rows)} for more",
+            markup=False,
+            highlight=False,
+        )
 
 
 @catalog_app.command("outputs")
@@ -131,8 +146,8 @@ def catalog_outputs(
     shot: Annotated[str, typer.Argument(help="SHOW/SEQ/SHOT")],
     pass_name: Annotated[str | None, typer.Option("--pass")] = None,
     kind: Annotated[str | None, typer.Option(help="exr|zarr|preview|pose_json")] = None,
-    limit: int = 100,
-    offset: int = 0,
+    limit: LimitOpt = 100,
+    offset: OffsetOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """A shot's outputs, newest first."""
