@@ -1,7 +1,8 @@
 """Deleting a version of the demo shot: how long `svfx delete` takes, what it frees, and the
-fault check of issue 44: the delete killed (SIGKILL) at random points, the catalog compared
-with the disk right after each kill (every output either on disk with its recorded size and
-not marked, or marked deleted), then the delete run again and checked complete.
+fault check of issue 44: the delete killed (SIGKILL) at random points of its work (after it
+has marked the version, while its files go), the catalog compared with the disk right after
+each kill (every output either on disk with its recorded size and not marked, or marked
+deleted), then the delete run again and checked complete.
 
     python -m bench.delete [--frames 48] [--size 640x360] [--kills 5] [--seed 1]
 
@@ -92,31 +93,47 @@ def timed_delete(shot: str, env: dict[str, str]) -> tuple[float, dict[str, Any] 
     return time.perf_counter() - started, (rows[0] if rows else None)
 
 
+def marked_yet(home: Path) -> bool:
+    """Whether the delete has recorded its deletion (its outputs are marked)."""
+    with sqlite3.connect(f"file:{home / 'catalog.db'}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT count(*) FROM deletions").fetchone()[0] > 0
+
+
+def kill_while_deleting(shot: str, home: Path, env: dict[str, str], after_s: float) -> str:
+    """Start `svfx delete`, wait until it has marked the version, let it remove files for
+    ``after_s`` more seconds, then SIGKILL it; says how it ended."""
+    proc = subprocess.Popen(
+        [*SVFX, "delete", shot, "--version", "v001"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while proc.poll() is None and not marked_yet(home):
+        time.sleep(0.005)
+    time.sleep(after_s)
+    if proc.poll() is not None:
+        return "had ended"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return "killed"
+
+
 def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse.Namespace,
-                full_s: float, env: dict[str, str]) -> None:  # fmt: skip
-    """``args.kills`` deletes killed at random points, each checked, rerun, checked again."""
+                work_s: float, env: dict[str, str]) -> None:  # fmt: skip
+    """``args.kills`` deletes killed at random points of their work (after the version is
+    marked, while its files go), each checked, rerun, checked again."""
     rng = random.Random(args.seed)
     for attempt in range(1, args.kills + 1):
         restore(home, folder, saved)
-        delay = rng.uniform(0.2, full_s)
-        proc = subprocess.Popen(
-            [*SVFX, "delete", shot, "--version", "v001"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(delay)
-        was_running = proc.poll() is None
-        if was_running:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        delay = rng.uniform(0.0, work_s)
+        ended = kill_while_deleting(shot, home, env, delay)
         live, marked, problems = catalog_against_disk(home)
         files_left = sum(1 for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
         rerun_s, rerun = timed_delete(shot, env)
         live_after, marked_after, after = catalog_against_disk(home)
         verdict = "ok" if not problems and not after and not folder.exists() else "BROKEN"
         print(
-            f"kill {attempt}: at {delay:.2f} s ({'killed' if was_running else 'had ended'}): "
+            f"kill {attempt}: {delay:.2f} s after marking ({ended}): "
             f"{live} outputs on disk and recorded, {marked} marked deleted, {files_left} files "
             f"left, {len(problems)} outputs recorded but missing; rerun {rerun_s:.2f} s "
             f"({'deleted the rest' if rerun else 'nothing left to do'}) -> "
@@ -125,6 +142,22 @@ def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse
         )
         for problem in (problems + after)[:5]:
             print("   ", problem)
+
+
+def time_to_mark(shot: str, home: Path, env: dict[str, str]) -> tuple[float, float]:
+    """A whole delete, timed: (seconds until the version was marked, seconds in all)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [*SVFX, "delete", shot, "--version", "v001"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while proc.poll() is None and not marked_yet(home):
+        time.sleep(0.005)
+    marked = time.perf_counter() - started
+    proc.wait()
+    return marked, time.perf_counter() - started
 
 
 def main() -> None:
@@ -148,7 +181,14 @@ def main() -> None:
             f"svfx delete {shot} --version v001: {full_s:.2f} s, {row['files']} files, "
             f"{row['size_bytes'] / 1e6:.1f} MB freed, {row['outputs']} outputs marked deleted"
         )
-        killed_runs(shot, home, folder, saved, args, full_s, env)
+        restore(home, folder, saved)
+        marked_s, whole_s = time_to_mark(shot, home, env)
+        work_s = whole_s - marked_s
+        print(
+            f"of a delete's {whole_s:.2f} s, {marked_s:.2f} s pass before the version is marked "
+            f"(the process starting, the catalog read); its files go in the {work_s:.2f} s after"
+        )
+        killed_runs(shot, home, folder, saved, args, work_s, env)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
