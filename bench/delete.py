@@ -99,9 +99,12 @@ def marked_yet(home: Path) -> bool:
         return conn.execute("SELECT count(*) FROM deletions").fetchone()[0] > 0
 
 
-def kill_while_deleting(shot: str, home: Path, env: dict[str, str], after_s: float) -> str:
-    """Start `svfx delete`, wait until it has marked the version, let it remove files for
-    ``after_s`` more seconds, then SIGKILL it; says how it ended."""
+def start_until_marked(
+    shot: str, home: Path, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], float]:
+    """`svfx delete` started, once it has marked the version (or ended): the process and
+    the seconds that took."""
+    started = time.perf_counter()
     proc = subprocess.Popen(
         [*SVFX, "delete", shot, "--version", "v001"],
         env=env,
@@ -110,6 +113,13 @@ def kill_while_deleting(shot: str, home: Path, env: dict[str, str], after_s: flo
     )
     while proc.poll() is None and not marked_yet(home):
         time.sleep(0.005)
+    return proc, time.perf_counter() - started
+
+
+def kill_while_deleting(shot: str, home: Path, env: dict[str, str], after_s: float) -> str:
+    """Start `svfx delete`, wait until it has marked the version, let it remove files for
+    ``after_s`` more seconds, then SIGKILL it; says how it ended."""
+    proc, _marked_s = start_until_marked(shot, home, env)
     time.sleep(after_s)
     if proc.poll() is not None:
         return "had ended"
@@ -147,15 +157,7 @@ def killed_runs(shot: str, home: Path, folder: Path, saved: Path, args: argparse
 def time_to_mark(shot: str, home: Path, env: dict[str, str]) -> tuple[float, float]:
     """A whole delete, timed: (seconds until the version was marked, seconds in all)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [*SVFX, "delete", shot, "--version", "v001"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    while proc.poll() is None and not marked_yet(home):
-        time.sleep(0.005)
-    marked = time.perf_counter() - started
+    proc, marked = start_until_marked(shot, home, env)
     proc.wait()
     return marked, time.perf_counter() - started
 
