@@ -5,7 +5,6 @@ from __future__ import annotations
 from sqlalchemy import ColumnElement, or_, select
 
 from schemas.catalog import models as m
-from schemas.catalog.queries.by_shot import join_shot
 from schemas.catalog.queries.outputs import LIVE, output_rows
 from schemas.catalog.queries.paging import Bind, Item, page
 
@@ -17,12 +16,12 @@ def _made_from(plate_sha256: str | None, checkpoint_sha256: str | None) -> Colum
     if plate_sha256 is not None:
         conditions.append(m.Output.plate_sha256 == plate_sha256)
     if checkpoint_sha256 is not None:
-        made_with = (
-            select(m.OutputCheckpoint.output_id)
-            .join(m.Checkpoint, m.Checkpoint.id == m.OutputCheckpoint.checkpoint_id)
-            .where(m.Checkpoint.sha256 == checkpoint_sha256)
+        checkpoint = select(m.Checkpoint.id).where(m.Checkpoint.sha256 == checkpoint_sha256)
+        made_with = select(m.OutputCheckpoint.output_id).where(
+            m.OutputCheckpoint.output_id == m.Output.id,
+            m.OutputCheckpoint.checkpoint_id.in_(checkpoint.scalar_subquery()),
         )
-        conditions.append(m.Output.id.in_(made_with))
+        conditions.append(made_with.exists())  # per output, in the order of the index below
     return or_(*conditions)
 
 
@@ -34,18 +33,12 @@ def invalidated_page(
     offset: int = 0,
 ) -> tuple[list[Item], int]:
     """Outputs on disk made from a plate frame with this checksum, or with this checkpoint
-    (directly or as an input, e.g. seg for pose), by shot, pass and frame; and the total."""
+    (directly or as an input, e.g. seg for pose), by shot (in the order the catalog first
+    recorded them), pass and frame; and the total. The order is the outputs' own index's
+    (shot id, pass, frame), so a page of a checkpoint's hundreds of thousands of outputs is
+    read off the index rather than sorted whole."""
     keys = select(m.Output.id).select_from(m.Output)
-    stmt = (
-        join_shot(keys, m.Output.shot_id)
-        .where(_made_from(plate_sha256, checkpoint_sha256), LIVE)
-        .order_by(
-            m.Show.name,
-            m.Sequence.name,
-            m.Shot.name,
-            m.Output.pass_name,
-            m.Output.frame,
-            m.Output.id,
-        )
+    stmt = keys.where(_made_from(plate_sha256, checkpoint_sha256), LIVE).order_by(
+        m.Output.shot_id, m.Output.pass_name, m.Output.frame, m.Output.id
     )
     return page(bind, stmt, output_rows, limit, offset)  # sorted on ids, read whole per page
