@@ -20,6 +20,7 @@ from schemas.catalog.errors import VersionStillRunning
 from schemas.catalog.writer import Catalog
 from schemas.spec import VERSION_PATTERN
 from tasks.deletion import (
+    DeletionStopped,
     NothingToDelete,
     OutsideRoots,
     VersionBusy,
@@ -35,7 +36,13 @@ VersionPath = Annotated[
     str, Path(pattern=f"^{VERSION_PATTERN}$", description="the output version, e.g. v002")
 ]
 # A refusal's HTTP status by its kind; any other refusal is a 422.
-STATUS = {NothingToDelete: 404, OutsideRoots: 403, VersionBusy: 409, VersionKept: 409}
+STATUS = {
+    NothingToDelete: 404,
+    OutsideRoots: 403,
+    VersionBusy: 409,
+    VersionKept: 409,
+    DeletionStopped: 503,
+}
 
 
 class DeletedFolder(BaseModel):
@@ -110,6 +117,7 @@ def _who(request: Request, through: str) -> str:
         403: {"model": Problem, "description": "wrong token, or a folder outside the roots"},
         404: {"model": Problem, "description": "no such shot or version"},
         422: {"model": Problem, "description": "a path or query parameter is invalid (named)"},
+        503: {"model": Problem, "description": "the storage refused a file; run it again"},
         409: {
             "model": Problem,
             "description": "a job still runs it; or it was published, or "

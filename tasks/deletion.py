@@ -46,6 +46,10 @@ class VersionKept(DeleteRefused):
     """Published, or the source of another version: deleted only when forced."""
 
 
+class DeletionStopped(DeleteRefused):
+    """The storage refused to remove a file; running the delete again finishes it."""
+
+
 @dataclass(frozen=True)
 class FileOnDisk:
     uri: str
@@ -171,11 +175,17 @@ def delete(
     )
     fs, path = settings.location(version.folder).fs_and_path()
     batch = 500
-    for start in range(0, len(files), batch):
-        fs.rm([f.uri for f in files[start : start + batch]])
-        if progress is not None:
-            progress(min(start + batch, len(files)), len(files))
-    if fs.exists(path):
-        fs.rm(path, recursive=True)  # what was added meanwhile, and the folders themselves
+    try:
+        for start in range(0, len(files), batch):
+            fs.rm([f.uri for f in files[start : start + batch]])
+            if progress is not None:
+                progress(min(start + batch, len(files)), len(files))
+        if fs.exists(path):
+            fs.rm(path, recursive=True)  # what was added meanwhile, and the folders themselves
+    except OSError as exc:  # permissions, a storage endpoint away: named, finished by a rerun
+        raise DeletionStopped(
+            f"{version.folder}: {exc.strerror or exc}; its outputs are marked deleted, the "
+            "files left stay until the same `svfx delete` runs again"
+        ) from None
     catalog.finish_deletion(deletion_id)
     return Deleted(version, len(files), sum(f.size_bytes for f in files), outputs)

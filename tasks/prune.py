@@ -27,8 +27,8 @@ from datetime import datetime, timedelta
 from schemas.catalog import queries
 from schemas.catalog.models import utcnow
 from schemas.catalog.queries.paging import Bind
-from schemas.catalog.queries.pruning import Stale, add_sizes, stale_jobs
-from schemas.catalog.queries.versions import Version
+from schemas.catalog.queries.pruning import Stale, stale_jobs
+from schemas.catalog.queries.versions import Version, add_sizes
 from schemas.settings import Settings
 from schemas.spec import NAME
 from tasks.deletion import DeleteRefused, keep_reasons, refuse_unsafe, split_shot_path

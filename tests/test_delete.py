@@ -85,6 +85,26 @@ def test_a_delete_stopped_half_way_is_finished_by_running_it_again(catalog, stud
     assert back.deletion is None and back.outputs == 4 * 7
 
 
+def test_a_file_the_storage_will_not_remove_is_named_and_a_rerun_finishes(
+    catalog, studio, monkeypatch
+):
+    root, settings = studio
+    spec, _job = make_version(catalog, root)
+    [version] = plan_delete(catalog.engine, settings, SHOT, "v001").versions
+
+    def refused(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    fs, _path = settings.location(version.folder).fs_and_path()
+    monkeypatch.setattr(type(fs), "rm", refused)
+    with pytest.raises(deletion.DeletionStopped, match="Permission denied; its outputs are"):
+        deletion.delete(catalog, settings, version, requested_by="a", reason="test")
+    monkeypatch.undo()
+    [version] = plan_delete(catalog.engine, settings, SHOT, "v001").versions
+    deletion.delete(catalog, settings, version, requested_by="a", reason="test")
+    assert not Path(folder_of(spec)).exists()
+
+
 def test_what_a_delete_refuses(catalog, studio):
     root, settings = studio
     spec, job_id = make_version(catalog, root)

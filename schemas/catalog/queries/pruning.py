@@ -1,7 +1,7 @@
 """What `svfx prune` reads beside the versions: the jobs whose outputs on disk were made from
 something that has changed since (what ``--invalidated`` chooses from, for a whole scope in one
-query), and the bytes of the versions a plan lists (only those: sizing every version of a show
-means grouping all its outputs).
+query). The bytes of the versions a plan lists are `versions.add_sizes`'s (only those:
+sizing every version of a show means grouping all its outputs).
 
 An output is stale when either holds:
 
@@ -21,7 +21,6 @@ again from the new plate or checkpoint is simply not stale itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,6 @@ from sqlalchemy.orm import aliased
 from schemas.catalog import models as m
 from schemas.catalog.queries.by_shot import with_shot
 from schemas.catalog.queries.paging import Bind, reading
-from schemas.catalog.queries.versions import Version
 
 PLATE, CHECKPOINT = "plate", "checkpoint"
 
@@ -125,25 +123,3 @@ def stale_jobs(
             why = Stale(cause, int(count), int(first), int(last), path or None)
             found.setdefault(int(job_id), []).append(why)
     return found
-
-
-def add_sizes(bind: Bind, versions: Sequence[Version]) -> None:
-    """Set each version's live outputs and the bytes of their files, as `shot_versions` with
-    sizes counts them (a multi-part EXR once, a Zarr array's frame by its region), reading the
-    outputs of these versions' jobs only."""
-    of_job = {job.id: v for v in versions for job in v.jobs}
-    ids = sorted(of_job)
-    o = m.Output
-    with reading(bind) as conn:
-        for start in range(0, len(ids), 1000):
-            per_file = (
-                select(o.job_id, func.count().label("rows"), func.max(o.size_bytes).label("size"))
-                .where(o.job_id.in_(ids[start : start + 1000]), o.deletion_id.is_(None))
-                .group_by(o.job_id, o.uri, o.frame)
-                .subquery()
-            )
-            rows, size = func.sum(per_file.c.rows), func.sum(per_file.c.size)
-            stmt = select(per_file.c.job_id, rows, size).group_by(per_file.c.job_id)
-            for job_id, count, total in conn.execute(stmt):
-                of_job[job_id].outputs += int(count or 0)
-                of_job[job_id].size_bytes += int(total or 0)

@@ -20,6 +20,7 @@ from schemas.catalog import models as m
 from schemas.catalog.queries.by_shot import SHOT_NAMES, filter_shot, join_shot
 from schemas.catalog.queries.outputs import LIVE
 from schemas.catalog.queries.paging import Bind, Item, reading
+from schemas.catalog.queries.versions import folder_label
 
 Level = Literal["show", "shot", "version"]
 LEVELS: tuple[Level, ...] = ("show", "shot", "version")
@@ -129,7 +130,11 @@ def _with_versions(bind: Bind, rows: list[Item]) -> list[Item]:
             {
                 **row,
                 "output_root": root,
-                "folder": _folder(root, row) if root else f"(job {job_id})",
+                "folder": (
+                    folder_label(root, row["show"], row["sequence"], row["shot"])
+                    if root
+                    else f"(job {job_id})"
+                ),
                 "version": versions.get(job_id),
                 "job_id": job_id,
                 "size_bytes": int(row["size_bytes"] or 0),
@@ -159,14 +164,6 @@ def _spec_versions(bind: Bind, job_ids: list[int]) -> dict[int, str | None]:
     stmt = select(m.Job.id, version).where(m.Job.id.in_(sorted(set(job_ids))))
     with reading(bind) as conn:
         return {int(job_id): value for job_id, value in conn.execute(stmt)}
-
-
-def _folder(root: str, row: Item) -> str:
-    """The version folder relative to its shot's folder (``<show>/<seq>/<shot>/``); the
-    folder's last name when the root does not hold that path."""
-    marker = f"/{row['show']}/{row['sequence']}/{row['shot']}/"
-    at = root.rfind(marker)
-    return root[at + len(marker) :] if at >= 0 else root.rstrip("/").rsplit("/", 1)[-1]
 
 
 def version_files(bind: Bind, output_root: str) -> list[Item]:

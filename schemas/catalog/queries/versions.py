@@ -64,9 +64,7 @@ class Version:
     @property
     def label(self) -> str:
         """The folder inside the shot's: ``sapiens2_v002`` or ``bg01/sapiens2_v002``."""
-        marker = f"/{self.show}/{self.sequence}/{self.shot}/"
-        head, found, tail = self.folder.rpartition(marker)
-        return tail if found and head is not None else self.folder.rsplit("/", 1)[-1]
+        return folder_label(self.folder, self.show, self.sequence, self.shot)
 
     @property
     def newest_job(self) -> VersionJob:
@@ -82,6 +80,14 @@ class Version:
         """When it was last written: its newest job's end (or start, while it runs)."""
         job = self.newest_job
         return job.finished_at or job.created_at
+
+
+def folder_label(folder: str, show: str, sequence: str, shot: str) -> str:
+    """A version folder relative to its shot's folder (``<show>/<seq>/<shot>/``); the
+    folder's last name when it does not lie in that path."""
+    marker = f"/{show}/{sequence}/{shot}/"
+    at = folder.rfind(marker)
+    return folder[at + len(marker) :] if at >= 0 else folder.rstrip("/").rsplit("/", 1)[-1]
 
 
 def shot_versions(
@@ -119,8 +125,8 @@ def shot_versions(
         shot_ids = sorted({v.shot_id for v in versions.values()})
         _add_publishes(conn, versions, shot_ids)
         _add_deletions(conn, versions, shot_ids)
-        if with_sizes:
-            _add_sizes(conn, versions, shot_ids)
+    if with_sizes:
+        add_sizes(bind, versions.values())
     return list(versions.values())
 
 
@@ -166,24 +172,23 @@ def _add_deletions(conn: Reader, versions: dict[str, Version], shot_ids: list[in
         )
 
 
-def _add_sizes(conn: Reader, versions: dict[str, Version], shot_ids: list[int]) -> None:
-    """Live outputs and the bytes of their files per folder (a multi-part EXR's parts are
-    one file: its size counted once; a Zarr array's frame, the bytes of its region)."""
-    if not shot_ids:
-        return
+def add_sizes(bind: Bind, versions: Iterable[Version]) -> None:
+    """Add to each version its live outputs and the bytes of their files (a multi-part EXR's
+    parts are one file: its size counted once; a Zarr array's frame, the bytes of its
+    region), reading the outputs of these versions' jobs only, a thousand jobs a query."""
+    of_job = {job.id: v for v in versions for job in v.jobs}
+    ids = sorted(of_job)
     o = m.Output
-    per_file = (
-        select(o.job_id, o.uri, func.count().label("rows"), func.max(o.size_bytes).label("size"))
-        .where(o.shot_id.in_(shot_ids), o.deletion_id.is_(None))
-        .group_by(o.job_id, o.uri, o.frame)
-        .subquery()
-    )
-    stmt = select(per_file.c.job_id, func.sum(per_file.c.rows), func.sum(per_file.c.size)).group_by(
-        per_file.c.job_id
-    )
-    folder_of = {job.id: v for v in versions.values() for job in v.jobs}
-    for job_id, rows, size in conn.execute(stmt):
-        found = folder_of.get(job_id)
-        if found is not None:
-            found.outputs += int(rows or 0)
-            found.size_bytes += int(size or 0)
+    with reading(bind) as conn:
+        for start in range(0, len(ids), 1000):
+            per_file = (
+                select(o.job_id, func.count().label("rows"), func.max(o.size_bytes).label("size"))
+                .where(o.job_id.in_(ids[start : start + 1000]), o.deletion_id.is_(None))
+                .group_by(o.job_id, o.uri, o.frame)
+                .subquery()
+            )
+            rows, size = func.sum(per_file.c.rows), func.sum(per_file.c.size)
+            stmt = select(per_file.c.job_id, rows, size).group_by(per_file.c.job_id)
+            for job_id, count, total in conn.execute(stmt):
+                of_job[job_id].outputs += int(count or 0)
+                of_job[job_id].size_bytes += int(total or 0)
